@@ -1,0 +1,22 @@
+"""xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
+
+from xgather import onnx
+from xgather._apply import checked, explain
+from xgather._errors import OutOfBoundsError, XGatherError, XGatherTypeError
+from xgather._modes import MODES, default_mode, set_default_mode
+from xgather._plan import Plan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MODES",
+    "OutOfBoundsError",
+    "Plan",
+    "XGatherError",
+    "XGatherTypeError",
+    "checked",
+    "default_mode",
+    "explain",
+    "onnx",
+    "set_default_mode",
+]

@@ -1,0 +1,160 @@
+"""Plan + arrays -> result: the one place that calls ``lax.gather``."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import checkify
+
+from xgather import _dtypes, _modes
+from xgather._errors import OutOfBoundsError, fail
+from xgather._plan import Plan
+
+
+def _fill(fill_value, dtype):
+    return 0 if fill_value is None else fill_value
+
+
+def gather_core(plan: Plan, mode: str, fill_value, data, indices,
+                indices_are_sorted: bool = False, unique_indices: bool = False):
+    """The traced body: bound check, negative wrap, then ``lax.gather`` (vmapped over batch dims)."""
+    indices = _modes.widen(indices)
+    if mode == "error":
+        _modes.check(plan, indices)
+    idx = _modes.wrap(plan, indices)
+    if plan.data_crop is not None:
+        data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
+    if 0 in plan.bounds:
+        # No position exists on an empty axis: every index is out of range.
+        if mode == "clip" and idx.size:
+            fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
+                 f"index axes {plan.index_axes}",
+                 {"data": plan.data_shape, "indices": plan.indices_shape})
+        out = jnp.full(plan.gather_shape, _fill(fill_value, data.dtype), data.dtype)
+        return out.reshape(plan.out_shape)
+    start = idx if plan.index_vector else idx[..., None]
+    lmode = _modes.lax_mode(mode)
+    if mode == "clip":
+        unique_indices = False  # clamping can map distinct indices to one position
+    fill = fill_value if mode == "fill" else None
+    if mode == "fill" and fill is None:
+        fill = 0
+
+    def core(d, i):
+        return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes, mode=lmode,
+                          fill_value=fill, indices_are_sorted=indices_are_sorted,
+                          unique_indices=unique_indices)
+
+    if plan.lowering == "vmap":
+        for _ in range(plan.batch_dims):
+            core = jax.vmap(core)
+    out = core(data, start)
+    return out.reshape(plan.out_shape)
+
+
+@functools.lru_cache(maxsize=2048)
+def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], checked: bool):
+    """One jitted function per (plan, mode, fill, hints): same shapes never retrace."""
+    def body(data, indices):
+        with jax.named_scope(plan.op):
+            return gather_core(plan, mode, fill_value, data, indices, *hints)
+    if checked:
+        body = checkify.checkify(body, errors=checkify.user_checks)
+    return jax.jit(body)
+
+
+def throw(err) -> None:
+    """Raise a checkify error as :class:`OutOfBoundsError` with xgather's message."""
+    msg = err.get()
+    if msg:
+        msg = msg.split(" (`check` failed)")[0]
+        raise OutOfBoundsError(msg)
+
+
+def _scalar(fill_value):
+    if fill_value is None:
+        return None
+    if hasattr(fill_value, "item"):
+        fill_value = fill_value.item()
+    return fill_value
+
+
+def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
+        indices_are_sorted: bool = False, unique_indices: bool = False):
+    """Run ``plan`` on ``data`` and ``indices`` in ``mode``.
+
+    Eagerly, ``"error"`` runs a checkified compile and raises at once; under a
+    trace it binds a checkify check, and refuses to trace where nothing will
+    functionalise that check.
+    """
+    fill_value = _scalar(fill_value)
+    hints = (bool(indices_are_sorted), bool(unique_indices))
+    if _dtypes.needs_host(data):
+        if _dtypes.is_traced(indices):
+            fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, "
+                 "take the host path, which cannot run under a JAX transformation",
+                 str(data.dtype), {"data": plan.data_shape, "indices": plan.indices_shape},
+                 kind=TypeError)
+        return _dtypes.host_gather(
+            plan.op, data,
+            lambda iota, fill: run(plan, iota, indices, mode, fill, indices_are_sorted=False,
+                                   unique_indices=False),
+            fill_value if mode == "fill" else None)
+    data = _dtypes.check_data(plan.op, data,
+                              {"data": plan.data_shape, "indices": plan.indices_shape})
+    if mode == "error":
+        if not _dtypes.is_traced(data, indices):
+            err, out = compiled(plan, mode, fill_value, hints, True)(data, indices)
+            throw(err)
+            return out
+        if not _modes.checks_functionalised():
+            _modes.not_functionalised(plan.op)
+    return compiled(plan, mode, fill_value, hints, False)(data, indices)
+
+
+def checked(fn):
+    """``fn`` with xgather's bound checks functionalised.
+
+    Returns a function that runs ``fn`` under ``checkify.checkify`` and raises
+    :class:`~xgather.OutOfBoundsError` if an index was out of range; it works
+    around jitted functions too: ``xgather.checked(jax.jit(f))``.
+    """
+    cfn = checkify.checkify(fn, errors=checkify.user_checks)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        err, out = cfn(*args, **kwargs)
+        throw(err)
+        return out
+
+    return wrapper
+
+
+def planned(planner):
+    """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op."""
+    def attach(op):
+        op.__xgather_plan__ = planner
+        return op
+    return attach
+
+
+def explain(op, *args, **kwargs) -> Plan:
+    """The plan ``op(*args, **kwargs)`` would run, without running it.
+
+    Arrays may be replaced by anything with ``.shape`` and ``.dtype`` (e.g.
+    ``jax.ShapeDtypeStruct``). ``print(xgather.explain(...))`` shows the
+    normalised attributes, the lowering taken, the ``lax.GatherDimensionNumbers``
+    and the slice sizes.
+
+    >>> import numpy as np, xgather
+    >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64), axis=1)
+    >>> p.out_shape, p.dimension_numbers.offset_dims
+    ((3, 5), (0,))
+    """
+    planner = getattr(op, "__xgather_plan__", None)
+    if planner is None:
+        raise TypeError(f"xgather.explain: {getattr(op, '__name__', op)!r} is not an xgather op")
+    return planner(*args, **kwargs)

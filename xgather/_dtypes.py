@@ -1,0 +1,120 @@
+"""Inputs in: index dtypes, and data that a jax.Array cannot hold exactly.
+
+Device path: anything JAX holds exactly (every numeric type when
+``jax_enable_x64`` is on; every type of 32 bits or fewer when it is off).
+
+Host path: NumPy string/object arrays, and NumPy arrays of 64-bit types
+(int64, uint64, float64, complex128) while x64 is off, where ``jnp.asarray``
+would silently truncate them to 32 bits. The same plan gathers the flat
+*positions* of ``data`` on the device (an int32 iota), with the same modes,
+checks and errors; the positions then index the host array, and the result is
+a NumPy array of the original dtype, bit for bit.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from xgather._errors import XGatherError, XGatherTypeError, fail
+
+INT32_INDICES = ("int32", "int64")
+ANY_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+_WIDE = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def x64() -> bool:
+    return bool(jax.config.jax_enable_x64)
+
+
+def is_traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def shape_of(x) -> tuple[int, ...]:
+    shape = x.shape if hasattr(x, "shape") else np.shape(x)
+    return tuple(int(n) for n in shape)
+
+
+def index_dtype(indices) -> np.dtype:
+    dtype = getattr(indices, "dtype", None)
+    if dtype is None:
+        arr = np.asarray(indices)
+        return np.dtype(np.int64) if arr.dtype.kind in "iu" or arr.size == 0 else arr.dtype
+    return np.dtype(dtype)
+
+
+def check_index_dtype(op: str, indices, allowed, shapes=None) -> None:
+    """Indices of a dtype outside ``allowed`` (floats, bools, ...) are a TypeError."""
+    dtype = index_dtype(indices)
+    if dtype.name not in allowed:
+        fail(op, f"indices must be {' or '.join(allowed)}", str(dtype), shapes,
+             kind=XGatherTypeError)
+
+
+def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None):
+    """Indices as an integer array (NumPy or JAX) of an allowed dtype, never truncated.
+
+    Python lists of ints become int64. With x64 off, 64-bit NumPy indices become
+    32-bit only when every value fits; otherwise it is an error, not a wrap.
+    """
+    check_index_dtype(op, indices, allowed, shapes)
+    if not hasattr(indices, "dtype"):
+        indices = np.asarray(indices).astype(index_dtype(indices))
+    dtype = np.dtype(indices.dtype)
+    if isinstance(indices, np.ndarray) and dtype.itemsize == 8 and not x64():
+        info = np.iinfo(np.int32)
+        if indices.size and (indices.max() > info.max or indices.min() < info.min):
+            bad = indices.max() if indices.max() > info.max else indices.min()
+            fail(op, "index values must fit int32 while jax_enable_x64 is off "
+                 "(enable it with jax.config.update('jax_enable_x64', True))",
+                 f"index value {bad}", shapes)
+        indices = indices.astype(np.int32 if dtype.kind == "i" else np.uint32)
+    return indices
+
+
+def needs_host(data) -> bool:
+    """True for NumPy data that JAX cannot hold exactly (strings, 64-bit without x64)."""
+    if is_traced(data) or isinstance(data, jax.Array):
+        return False
+    dtype = getattr(data, "dtype", None)
+    if dtype is None:
+        return False
+    dtype = np.dtype(dtype)
+    if dtype.kind in "USOV":
+        return True
+    return dtype.name in _WIDE and not x64()
+
+
+def check_data(op: str, data, shapes=None):
+    """Data for the device path: a jax.Array (or tracer) of a dtype JAX supports."""
+    if is_traced(data) or isinstance(data, jax.Array):
+        return data
+    try:
+        return jnp.asarray(data)
+    except TypeError as e:
+        raise XGatherTypeError(f"{op}: data has a dtype JAX cannot hold; got "
+                               f"{getattr(data, 'dtype', type(data))}" + (f" ({e})")) from e
+
+
+def host_gather(op: str, data: np.ndarray, run_positions, fill_value):
+    """Gather ``data`` on the host at positions computed on the device.
+
+    ``run_positions(iota, fill)`` runs the op's plan on an int32 array of flat
+    positions shaped like ``data``; ``-1`` marks a filled slot.
+    """
+    if data.size >= 2**31 - 1:
+        raise XGatherError(f"{op}: host-path data must have fewer than 2**31 - 1 elements; "
+                           f"got {data.size} (enable jax_enable_x64 to keep it on the device)")
+    iota = np.arange(data.size, dtype=np.int32).reshape(data.shape)
+    positions = np.asarray(run_positions(iota, -1))
+    flat = data.reshape(-1)
+    out = flat[np.where(positions < 0, 0, positions)] if flat.size else \
+        np.empty(positions.shape, data.dtype)
+    if (positions < 0).any():
+        if fill_value is None:
+            fill_value = "" if data.dtype.kind in "US" else 0
+        out = np.where(positions < 0, np.asarray(fill_value, dtype=data.dtype), out)
+    return out.astype(data.dtype, copy=False)

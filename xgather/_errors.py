@@ -1,0 +1,46 @@
+"""The error classes of xgather and their one message format.
+
+Every static error reads ``<op>: <rule>; got <value> [<shapes>]`` so that a user
+porting a model sees which node failed, which rule it broke and with what.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+class XGatherError(ValueError):
+    """A static rule of an operator's spec was broken (raised at trace time)."""
+
+
+class XGatherTypeError(XGatherError, TypeError):
+    """An input has a dtype or kind the operator does not accept."""
+
+
+class OutOfBoundsError(XGatherError, IndexError):
+    """An index lies outside the range its spec allows (``mode="error"``)."""
+
+
+def describe(shapes: Mapping[str, tuple[int, ...]] | None) -> str:
+    if not shapes:
+        return ""
+    return " [" + ", ".join(f"{k}.shape={tuple(v)}" for k, v in shapes.items()) + "]"
+
+
+def message(op: str, rule: str, got: str | None = None, shapes=None) -> str:
+    text = f"{op}: {rule}"
+    if got is not None:
+        text += f"; got {got}"
+    return text + describe(shapes)
+
+
+def fail(op: str, rule: str, got: str | None = None, shapes=None, *, kind=XGatherError):
+    """Raise ``kind`` with the project's message format."""
+    raise kind(message(op, rule, got, shapes))
+
+
+def choice(op: str, name: str, value, allowed: Iterable) -> None:
+    """Check that ``value`` is one of ``allowed``; the error lists them."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        fail(op, f"{name} must be one of {', '.join(map(repr, allowed))}", repr(value))

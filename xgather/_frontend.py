@@ -1,0 +1,19 @@
+"""Small helpers shared by the spec frontends."""
+
+from __future__ import annotations
+
+from xgather import _dtypes
+from xgather._errors import fail
+
+
+def versioned(spec: str, name: str, version, supported: tuple[int, ...], what: str) -> str:
+    """``"onnx.Gather-13"``, or an error that lists the supported versions."""
+    if isinstance(version, bool) or version not in supported:
+        fail(f"{spec}.{name}", f"{what} must be one of {', '.join(map(str, supported))}",
+             f"{what}={version!r}")
+    return f"{spec}.{name}-{version}"
+
+
+def shapes(data, indices) -> dict[str, tuple[int, ...]]:
+    """The shapes an error message shows."""
+    return {"data": _dtypes.shape_of(data), "indices": _dtypes.shape_of(indices)}

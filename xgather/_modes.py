@@ -1,0 +1,159 @@
+"""Out-of-bounds modes, the negative-index wrap and the bound check.
+
+Modes (``mode=`` on every op):
+
+* ``"error"``: an index outside the spec's range is an error. Eagerly it raises
+  :class:`~xgather.OutOfBoundsError` at once; under ``jax.jit`` the check is a
+  ``jax.experimental.checkify`` check, so the traced function must be wrapped
+  with :func:`xgather.checked` (or ``checkify.checkify``).
+* ``"clip"``: in-range negative indices wrap; anything still outside is clamped
+  to the nearest end (``< -s`` reads position 0, ``>= s`` reads ``s-1``).
+* ``"fill"``: in-range negative indices wrap; anything outside yields
+  ``fill_value`` (0 unless given) and sends no gradient back.
+* ``"promise_in_bounds"``: the caller promises every index is in range; no
+  check, no masking (XLA clamps whatever slips through).
+
+``mode=None`` means the spec's own rule. For a spec that calls an out-of-range
+index an error, that is ``"error"`` unless a process-wide default was set with
+the ``XGATHER_MODE`` environment variable, :func:`set_default_mode` or the
+:func:`default_mode` context manager. Specs that define the result of an
+out-of-range index (OpenVINO Gather: zeros) keep their rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import sys
+from typing import Literal
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import checkify
+
+from xgather._errors import XGatherError, choice, fail
+
+Mode = Literal["error", "clip", "fill", "promise_in_bounds"]
+MODES: tuple[str, ...] = ("error", "clip", "fill", "promise_in_bounds")
+
+_LAX_MODE = {
+    "error": lax.GatherScatterMode.PROMISE_IN_BOUNDS,  # checked before the gather
+    "clip": lax.GatherScatterMode.CLIP,
+    "fill": lax.GatherScatterMode.FILL_OR_DROP,
+    "promise_in_bounds": lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+}
+
+
+def _env_default() -> str | None:
+    value = os.environ.get("XGATHER_MODE") or None
+    if value is not None and value not in MODES:
+        raise XGatherError(f"XGATHER_MODE must be one of {', '.join(MODES)}; got {value!r}")
+    return value
+
+
+_default: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "xgather_default_mode", default=_env_default())
+
+
+def set_default_mode(mode: Mode | None) -> None:
+    """Set the process-wide mode used where a spec calls out-of-range an error.
+
+    ``None`` restores the spec's rule (``"error"``). The environment variable
+    ``XGATHER_MODE`` sets the same default at import.
+    """
+    if mode is not None:
+        choice("xgather.set_default_mode", "mode", mode, MODES)
+    _default.set(mode)
+
+
+@contextlib.contextmanager
+def default_mode(mode: Mode | None):
+    """Context manager form of :func:`set_default_mode` (restored on exit).
+
+    The mode is read when an op is traced: a function already jitted keeps
+    the mode it was traced with.
+    """
+    if mode is not None:
+        choice("xgather.default_mode", "mode", mode, MODES)
+    token = _default.set(mode)
+    try:
+        yield
+    finally:
+        _default.reset(token)
+
+
+def resolve(op: str, mode: str | None, spec_default: str = "error") -> str:
+    """The mode an op runs in: the caller's, else the process default, else the spec's."""
+    if mode is None:
+        mode = (_default.get() or spec_default) if spec_default == "error" else spec_default
+    choice(op, "mode", mode, MODES)
+    return mode
+
+
+def lax_mode(mode: str) -> lax.GatherScatterMode:
+    return _LAX_MODE[mode]
+
+
+def checks_functionalised() -> bool:
+    """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "jax._src.checkify":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def widen(indices):
+    """Narrow integer indices become int32 so that ``index + s`` cannot overflow."""
+    if jnp.dtype(indices.dtype).itemsize < 4:
+        return indices.astype(jnp.int32)
+    return indices
+
+
+def bounds_array(plan, dtype):
+    """``s`` per index: a scalar, or a vector along the last axis of index tuples."""
+    if plan.index_vector:
+        return jnp.asarray(np.asarray(plan.bounds), dtype=dtype)
+    return jnp.asarray(plan.bounds[0], dtype=dtype)
+
+
+def wrap(plan, indices):
+    """Negative indices count from the end where the spec says so."""
+    if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
+        return indices
+    return jnp.where(indices < 0, indices + bounds_array(plan, indices.dtype), indices)
+
+
+def check(plan, indices) -> None:
+    """Emit the checkify check: op, the first bad index as given, its position, the range."""
+    s = bounds_array(plan, indices.dtype)
+    signed = jnp.issubdtype(indices.dtype, jnp.signedinteger)
+    valid = indices < s
+    if signed:
+        valid &= indices >= (-s if plan.negative else 0)
+    bad = jnp.logical_not(valid).ravel()
+    first = jnp.argmax(bad)
+    pos = jnp.unravel_index(first, indices.shape)
+    size = jnp.broadcast_to(s, indices.shape).ravel()[first] if indices.ndim else s
+    value = indices.ravel()[first] if indices.ndim else indices
+    axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
+                           else (1,)).ravel()
+    axis = jnp.asarray(axes)[first % axes.size]
+    where = ("indices[" + ", ".join("{}" for _ in pos) + "]") if pos else "indices (a scalar)"
+    lo = "-{}" if plan.negative else "0"
+    fmt = (f"{plan.op}: index {{}} at {where} is out of range [{lo}, {{}}] "
+           f"for data axis {{}} of size {{}} ({{}} out-of-range value(s) in indices)")
+    args = [value, *pos]
+    if plan.negative:
+        args.append(size)
+    args += [size - 1, axis, size, jnp.sum(bad)]
+    checkify.check(jnp.logical_not(jnp.any(bad)), fmt, *args)
+
+
+def not_functionalised(op: str) -> None:
+    fail(op, 'mode="error" checks indices at run time, which needs the traced function '
+         'to be wrapped: use xgather.checked(f) (or jax.experimental.checkify.checkify), '
+         'or choose mode="clip", "fill" or "promise_in_bounds"')

@@ -1,0 +1,209 @@
+"""Shapes and attributes in, a frozen lowering plan out.
+
+A :class:`Plan` holds only ints, strings and tuples: the normalised attributes,
+the ``lax.GatherDimensionNumbers`` and slice sizes of the per-batch gather, and
+the output shape. Every static rule of every spec is checked here, at trace
+time, before an array is touched. Plans are hashable, so they key the jit cache
+and the builders are memoised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+from jax import lax
+
+from xgather._errors import XGatherError, fail
+
+Shape = tuple[int, ...]
+
+#: How the batch dimensions of a plan are lowered (see ``Plan.lowering``).
+LOWERINGS = ("vmap", "batching_dims")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one gather call is lowered to ``lax.gather``.
+
+    Attributes:
+      op: the operator and version, e.g. ``"onnx.Gather-13"``.
+      data_shape, indices_shape: the shapes the plan was made for.
+      out_shape: the shape of the result.
+      batch_dims: leading dimensions of ``data`` and ``indices`` that pair up
+        one to one (``jax.vmap`` over them, or XLA batching dimensions).
+      index_axes: the axes of ``data`` that the index components address.
+      index_vector: True when the last dimension of ``indices`` holds index
+        tuples (GatherND); False when each element is one index.
+      negative: whether negative indices count from the end.
+      dimension_numbers, slice_sizes: the arguments of the per-batch
+        ``lax.gather`` (the batch dimensions removed where ``lowering`` is
+        ``"vmap"``).
+      gather_shape: the shape ``lax.gather`` yields; it differs from
+        ``out_shape`` only where a spec reshapes the result (OpenVINO
+        GatherND-5 folds the batch dimensions into one).
+      data_crop: for element gathers whose indices are smaller than ``data``
+        off the axis, the leading box of ``data`` that is read.
+      lowering: ``"vmap"`` (the reference path) or ``"batching_dims"``.
+    """
+
+    op: str
+    data_shape: Shape
+    indices_shape: Shape
+    out_shape: Shape
+    batch_dims: int
+    index_axes: tuple[int, ...]
+    index_vector: bool
+    negative: bool
+    dimension_numbers: lax.GatherDimensionNumbers
+    slice_sizes: Shape
+    gather_shape: Shape
+    data_crop: Shape | None = None
+    lowering: str = "vmap"
+
+    @property
+    def bounds(self) -> Shape:
+        """The size ``s`` of each addressed axis; valid indices lie in ``[-s, s-1]``."""
+        return tuple(self.data_shape[a] for a in self.index_axes)
+
+    def __str__(self) -> str:
+        dn = self.dimension_numbers
+        lines = [
+            f"{self.op}: data{self.data_shape} indices{self.indices_shape} -> out{self.out_shape}",
+            f"  lowering: {self.lowering}"
+            + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else ""),
+            f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
+            f" negative indices {'wrap' if self.negative else 'are out of range'}",
+            f"  lax.gather: offset_dims={dn.offset_dims}"
+            f" collapsed_slice_dims={dn.collapsed_slice_dims}"
+            f" start_index_map={dn.start_index_map}"
+            f" operand_batching_dims={dn.operand_batching_dims}"
+            f" start_indices_batching_dims={dn.start_indices_batching_dims}",
+            f"  slice_sizes={self.slice_sizes} gather_shape={self.gather_shape}",
+        ]
+        if self.data_crop is not None:
+            lines.append(f"  data cropped to {self.data_crop} before the gather")
+        return "\n".join(lines)
+
+
+def normalize_axis(op: str, axis: int, rank: int, shapes, name: str = "axis") -> int:
+    """``axis`` in ``[-rank, rank-1]`` made non-negative, else a spec error."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        fail(op, f"{name} must be a Python int", repr(axis), shapes)
+    if not -rank <= axis < rank:
+        fail(op, f"{name} must be in [{-rank}, {rank - 1}] for data of rank {rank}",
+             f"{name}={axis}", shapes)
+    return axis + rank if axis < 0 else axis
+
+
+def _check_batch_shapes(op: str, data_shape: Shape, indices_shape: Shape, b: int, shapes) -> None:
+    # Exact equality, dimension by dimension: equal products are not enough.
+    if data_shape[:b] != indices_shape[:b]:
+        fail(op, f"the first batch_dims={b} dimensions of data and indices must be equal",
+             f"{data_shape[:b]} and {indices_shape[:b]}", shapes)
+
+
+@functools.lru_cache(maxsize=4096)
+def take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
+              batch_dims: int = 0, negative: bool = True) -> Plan:
+    """Gather along one axis: ``out = data[:axis] + indices[b:] + data[axis+1:]``.
+
+    ``axis`` and ``batch_dims`` must already be non-negative (the frontends
+    normalise them with their own spec's rule).
+    """
+    shapes = {"data": data_shape, "indices": indices_shape}
+    r = len(data_shape)
+    if r < 1:
+        fail(op, "data must have rank >= 1", f"rank {r}", shapes)
+    b = batch_dims
+    if not 0 <= axis < r:
+        fail(op, f"axis must be in [0, {r - 1}]", f"axis={axis}", shapes)
+    if b < 0 or b > len(indices_shape):
+        fail(op, f"batch_dims must be in [0, indices.ndim={len(indices_shape)}]",
+             f"batch_dims={b}", shapes)
+    if b > axis:
+        fail(op, f"batch_dims ({b}) must be <= axis ({axis}) after normalisation", None, shapes)
+    _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
+    d, q, a = data_shape[b:], indices_shape[b:], axis - b
+    per_out = d[:a] + q + d[a + 1:]
+    offset = tuple(range(a)) + tuple(range(a + len(q), len(per_out)))
+    dn = lax.GatherDimensionNumbers(
+        offset_dims=offset, collapsed_slice_dims=(a,), start_index_map=(a,))
+    out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
+    return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
+                d[:a] + (1,) + d[a + 1:], out)
+
+
+@functools.lru_cache(maxsize=4096)
+def nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int = 0,
+            negative: bool = True, fold_batch: bool = False) -> Plan:
+    """Gather index tuples: ``out = indices[:-1] + data[b + k:]`` with ``k = indices.shape[-1]``.
+
+    ``fold_batch`` folds the ``b`` batch dimensions of the result into one
+    (OpenVINO GatherND-5).
+    """
+    shapes = {"data": data_shape, "indices": indices_shape}
+    r, q, b = len(data_shape), len(indices_shape), batch_dims
+    if r < 1:
+        fail(op, "data must have rank >= 1", f"rank {r}", shapes)
+    if q < 1:
+        fail(op, "indices must have rank >= 1 (the last dimension holds the index tuples)",
+             f"rank {q}", shapes)
+    if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+        fail(op, "batch_dims must be a non-negative int", f"batch_dims={b!r}", shapes)
+    if b >= min(q, r):
+        fail(op, f"batch_dims must be < min(data.ndim, indices.ndim) = {min(q, r)}",
+             f"batch_dims={b}", shapes)
+    _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
+    k = indices_shape[-1]
+    if not 1 <= k <= r - b:
+        fail(op, f"indices.shape[-1] must be in [1, data.ndim - batch_dims = {r - b}]",
+             f"indices.shape[-1]={k}", shapes)
+    d, qq = data_shape[b:], indices_shape[b:-1]
+    dn = lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(len(qq), len(qq) + len(d) - k)),
+        collapsed_slice_dims=tuple(range(k)), start_index_map=tuple(range(k)))
+    gathered = indices_shape[:-1] + data_shape[b + k:]
+    out = gathered
+    if fold_batch and b:
+        out = (math.prod(indices_shape[:b]),) + indices_shape[b:-1] + data_shape[b + k:]
+    return Plan(op, data_shape, indices_shape, out, b, tuple(range(b, b + k)), True, negative,
+                dn, (1,) * k + d[k:], gathered)
+
+
+@functools.lru_cache(maxsize=4096)
+def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
+                  negative: bool = True, smaller_ok: bool = True) -> Plan:
+    """Gather one element per index: ``out[i] = data[i with i[axis] = indices[i]]``.
+
+    Off the axis, ``indices`` may be smaller than ``data`` when ``smaller_ok``
+    (onnxruntime's rule; OpenVINO asks for equality). The other axes become
+    XLA batching dimensions, so no index tuples are materialised.
+    """
+    shapes = {"data": data_shape, "indices": indices_shape}
+    r = len(data_shape)
+    if r < 1:
+        fail(op, "data must have rank >= 1", f"rank {r}", shapes)
+    if len(indices_shape) != r:
+        fail(op, f"indices must have the same rank as data ({r})",
+             f"rank {len(indices_shape)}", shapes)
+    if not 0 <= axis < r:
+        fail(op, f"axis must be in [0, {r - 1}]", f"axis={axis}", shapes)
+    for i, (n, m) in enumerate(zip(indices_shape, data_shape)):
+        if i == axis:
+            continue
+        if n > m or (n != m and not smaller_ok):
+            rel = "<=" if smaller_ok else "=="
+            fail(op, f"indices.shape[{i}] must be {rel} data.shape[{i}] off the gather axis",
+                 f"{n} vs {m}", shapes)
+    crop = tuple(m if i == axis else n for i, (n, m) in enumerate(zip(indices_shape, data_shape)))
+    others = tuple(i for i in range(r) if i != axis)
+    dn = lax.GatherDimensionNumbers(
+        offset_dims=(), collapsed_slice_dims=(axis,), start_index_map=(axis,),
+        operand_batching_dims=others, start_indices_batching_dims=others)
+    return Plan(op, data_shape, indices_shape, indices_shape, 0, (axis,), False, negative, dn,
+                (1,) * r, indices_shape, crop if crop != data_shape else None, "batching_dims")
+
+
+__all__ = ["Plan", "XGatherError", "elements_plan", "nd_plan", "normalize_axis", "take_plan"]

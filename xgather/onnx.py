@@ -1,0 +1,137 @@
+"""ONNX ``Gather`` (opsets 1, 11, 13), ``GatherND`` (11, 12, 13), ``GatherElements`` (11, 13).
+
+Choices where the spec text is silent, following onnxruntime:
+
+* Negative indices count from the end in every opset, opset 1 included (its
+  text says only "within bounds"; onnxruntime treats all Gather versions alike).
+* ``GatherND`` accepts int32 indices as well as the spec's int64.
+* ``GatherElements`` accepts ``indices`` smaller than ``data`` off the gather
+  axis (the output has ``indices``' shape); larger is an error.
+* The first ``batch_dims`` dimensions of ``GatherND``'s inputs must be equal
+  one by one (onnxruntime only compares their products; xgather does not).
+
+Out-of-range indices are an error in every ONNX op, so ``mode=None`` is
+``"error"`` (or the process default, see :mod:`xgather._modes`).
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.typing import ArrayLike
+
+from xgather import _apply, _dtypes, _modes, _plan
+from xgather._frontend import shapes, versioned
+from xgather._modes import Mode
+
+GATHER_OPSETS = (1, 11, 13)
+GATHER_ND_OPSETS = (11, 12, 13)
+GATHER_ELEMENTS_OPSETS = (11, 13)
+INDEX_DTYPES = _dtypes.INT32_INDICES
+
+
+def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, **_) -> _plan.Plan:
+    op = versioned("onnx", "Gather", opset, GATHER_OPSETS, "opset")
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0, True)
+
+
+def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13, **_) -> _plan.Plan:
+    op = versioned("onnx", "GatherND", opset, GATHER_ND_OPSETS, "opset")
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    if opset == 11 and batch_dims != 0:
+        from xgather._errors import fail
+        fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
+    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims, True)
+
+
+def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13, **_) -> _plan.Plan:
+    op = versioned("onnx", "GatherElements", opset, GATHER_ELEMENTS_OPSETS, "opset")
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
+    return _plan.elements_plan(op, sh["data"], sh["indices"], ax, True, True)
+
+
+def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique):
+    plan = planner(data, indices, *attrs, opset=opset)
+    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
+    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode), fill_value,
+                      indices_are_sorted=sorted_, unique_indices=unique)
+
+
+@_apply.planned(_gather_plan)
+def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
+           mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
+           unique_indices: bool = False) -> jax.Array:
+    """ONNX ``Gather``: slices of ``data`` along ``axis`` picked by ``indices``.
+
+    Args:
+      data: array of shape ``(d_0, ..., d_{r-1})``, ``r >= 1``.
+      indices: int32/int64 array of any shape ``(q...)``; entries in ``[-s, s-1]``
+        with ``s = d_axis``, negative ones counting from the end.
+      axis: in ``[-r, r-1]``.
+      opset: 1, 11 or 13.
+      mode: out-of-range handling (see :mod:`xgather._modes`); ``None`` is the
+        spec's rule, an error.
+      fill_value: the value of out-of-range slots with ``mode="fill"`` (0).
+      indices_are_sorted, unique_indices: promises about the wrapped positions,
+        passed to ``lax.gather`` (and so to the gradient's scatter).
+
+    Returns:
+      Array of shape ``d[:axis] + (q...) + d[axis+1:]`` with ``data``'s dtype.
+
+    >>> import xgather
+    >>> xgather.onnx.gather([[1, 2], [3, 4], [5, 6]], [[0, -1]]).tolist()
+    [[[1, 2], [5, 6]]]
+    """
+    return _call(_gather_plan, data, indices, axis, opset=opset, mode=mode,
+                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices)
+
+
+@_apply.planned(_gather_nd_plan)
+def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset: int = 13,
+              mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
+              unique_indices: bool = False) -> jax.Array:
+    """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
+
+    Args:
+      data: array of shape ``(b..., d...)`` with ``len(b) == batch_dims``, rank ``r >= 1``.
+      indices: int64 (or int32) array of shape ``(b..., q..., k)``, ``1 <= k <= r - batch_dims``;
+        component ``j`` lies in ``[-s_j, s_j - 1]`` with ``s_j = d[j]``.
+      batch_dims: ``0 <= batch_dims < min(r, indices.ndim)``; opset 12 and later.
+
+    Returns:
+      Array of shape ``(b..., q..., d[k:]...)`` with ``data``'s dtype.
+
+    >>> import xgather
+    >>> xgather.onnx.gather_nd([[0, 1], [2, 3]], [[0, 0], [1, -1]]).tolist()
+    [0, 3]
+    """
+    return _call(_gather_nd_plan, data, indices, batch_dims, opset=opset, mode=mode,
+                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices)
+
+
+@_apply.planned(_gather_elements_plan)
+def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
+                    mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
+                    unique_indices: bool = False) -> jax.Array:
+    """ONNX ``GatherElements``: ``out[i] = data[i_0, ..., indices[i], ..., i_{r-1}]``.
+
+    Args:
+      data: array of rank ``r >= 1``.
+      indices: int32/int64 array of rank ``r``; off ``axis`` each dimension is at
+        most ``data``'s; entries in ``[-s, s-1]`` with ``s = data.shape[axis]``.
+      axis: in ``[-r, r-1]``.
+
+    Returns:
+      Array of ``indices``' shape with ``data``'s dtype.
+
+    >>> import xgather
+    >>> xgather.onnx.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
+    [[1, 1], [4, 3]]
+    """
+    return _call(_gather_elements_plan, data, indices, axis, opset=opset, mode=mode,
+                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices)
