@@ -113,23 +113,26 @@ def widen(indices):
     return indices
 
 
-def bounds_array(plan, dtype):
-    """``s`` per index: a scalar, or a vector along the last axis of index tuples."""
+def bounds_array(plan, indices):
+    """``s`` for each index: a scalar, or ``indices``' shape for index tuples."""
     if plan.index_vector:
-        return jnp.asarray(np.asarray(plan.bounds), dtype=dtype)
-    return jnp.asarray(plan.bounds[0], dtype=dtype)
+        s = jnp.asarray(np.asarray(plan.bounds), dtype=indices.dtype)
+        return jnp.broadcast_to(s, indices.shape)
+    return jnp.asarray(plan.bounds[0], dtype=indices.dtype)
 
 
 def wrap(plan, indices):
     """Negative indices count from the end where the spec says so."""
     if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
         return indices
-    return jnp.where(indices < 0, indices + bounds_array(plan, indices.dtype), indices)
+    return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
 
 
 def check(plan, indices) -> None:
     """Emit the checkify check: op, the first bad index as given, its position, the range."""
-    s = bounds_array(plan, indices.dtype)
+    if indices.size == 0:
+        return
+    s = bounds_array(plan, indices)
     signed = jnp.issubdtype(indices.dtype, jnp.signedinteger)
     valid = indices < s
     if signed:

@@ -1,0 +1,19 @@
+import os
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, max_examples=40,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
