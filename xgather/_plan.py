@@ -89,6 +89,8 @@ class Plan:
 
 def normalize_axis(op: str, axis: int, rank: int, shapes, name: str = "axis") -> int:
     """``axis`` in ``[-rank, rank-1]`` made non-negative, else a spec error."""
+    if rank < 1:
+        fail(op, "data must have rank >= 1", f"rank {rank}", shapes)
     if isinstance(axis, bool) or not isinstance(axis, int):
         fail(op, f"{name} must be a Python int", repr(axis), shapes)
     if not -rank <= axis < rank:
