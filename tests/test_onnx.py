@@ -170,7 +170,7 @@ def test_same_shapes_do_not_retrace():
     assert len(traces) == 1
     plan = xgather.explain(xgather.onnx.gather, data, idx, 1)
     from xgather._apply import compiled
-    fn = compiled(plan, "error", None, (False, False), True)
+    fn = compiled(plan, "promise_in_bounds", None, (False, False), None)
     assert fn._cache_size() == 1
     xgather.onnx.gather(data + 1, idx - 1, 1)
     assert fn._cache_size() == 1

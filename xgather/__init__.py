@@ -1,6 +1,6 @@
 """xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
 
-from xgather import onnx
+from xgather import bnns, labview, onnx, openvino
 from xgather._apply import checked, explain
 from xgather._errors import OutOfBoundsError, XGatherError, XGatherTypeError
 from xgather._modes import MODES, default_mode, set_default_mode
@@ -17,6 +17,9 @@ __all__ = [
     "checked",
     "default_mode",
     "explain",
+    "bnns",
+    "labview",
     "onnx",
+    "openvino",
     "set_default_mode",
 ]

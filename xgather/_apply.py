@@ -9,22 +9,22 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _dtypes, _modes
+from xgather import _dtypes, _grad, _modes
 from xgather._errors import OutOfBoundsError, fail
 from xgather._plan import Plan
 
 
-def _fill(fill_value, dtype):
-    return 0 if fill_value is None else fill_value
-
-
-def gather_core(plan: Plan, mode: str, fill_value, data, indices,
-                indices_are_sorted: bool = False, unique_indices: bool = False):
-    """The traced body: bound check, negative wrap, then ``lax.gather`` (vmapped over batch dims)."""
+def prepare(plan: Plan, mode: str, indices):
+    """Bound check (``"error"``) and negative wrap, on the whole ``indices`` (global positions)."""
     indices = _modes.widen(indices)
     if mode == "error":
         _modes.check(plan, indices)
-    idx = _modes.wrap(plan, indices)
+    return _modes.wrap(plan, indices)
+
+
+def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
+    """``lax.gather`` on wrapped indices: the one call site, vmapped over batch dims."""
+    indices_are_sorted, unique_indices = hints
     if plan.data_crop is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
     if 0 in plan.bounds:
@@ -33,36 +33,43 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices,
             fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
                  f"index axes {plan.index_axes}",
                  {"data": plan.data_shape, "indices": plan.indices_shape})
-        out = jnp.full(plan.gather_shape, _fill(fill_value, data.dtype), data.dtype)
-        return out.reshape(plan.out_shape)
+        fill = 0 if fill_value is None else fill_value
+        return jnp.full(plan.gather_shape, fill, data.dtype).reshape(plan.out_shape)
     start = idx if plan.index_vector else idx[..., None]
-    lmode = _modes.lax_mode(mode)
     if mode == "clip":
         unique_indices = False  # clamping can map distinct indices to one position
-    fill = fill_value if mode == "fill" else None
-    if mode == "fill" and fill is None:
-        fill = 0
+    fill = (0 if fill_value is None else fill_value) if mode == "fill" else None
 
     def core(d, i):
-        return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes, mode=lmode,
-                          fill_value=fill, indices_are_sorted=indices_are_sorted,
-                          unique_indices=unique_indices)
+        return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes,
+                          mode=_modes.lax_mode(mode), fill_value=fill,
+                          indices_are_sorted=indices_are_sorted, unique_indices=unique_indices)
 
     if plan.lowering == "vmap":
         for _ in range(plan.batch_dims):
             core = jax.vmap(core)
-    out = core(data, start)
-    return out.reshape(plan.out_shape)
+    return core(data, start).reshape(plan.out_shape)
+
+
+def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, False),
+                grad=None):
+    """The traced body of every op: prepare the indices, then gather.
+
+    ``grad`` is ``None`` (JAX's own derivative of ``lax.gather``) or a
+    ``(training, coeff)`` pair that reshapes the derivative (see :mod:`xgather._grad`).
+    """
+    idx = prepare(plan, mode, indices)
+    if grad is None:
+        return gather_prepared(plan, mode, fill_value, hints, data, idx)
+    return _grad.scaled_gather(plan, mode, fill_value, hints, grad, data, idx)
 
 
 @functools.lru_cache(maxsize=2048)
-def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], checked: bool):
-    """One jitted function per (plan, mode, fill, hints): same shapes never retrace."""
+def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], grad=None):
+    """One jitted function per (plan, mode, fill, hints, grad): same shapes never retrace."""
     def body(data, indices):
         with jax.named_scope(plan.op):
-            return gather_core(plan, mode, fill_value, data, indices, *hints)
-    if checked:
-        body = checkify.checkify(body, errors=checkify.user_checks)
+            return gather_core(plan, mode, fill_value, data, indices, hints, grad)
     return jax.jit(body)
 
 
@@ -83,11 +90,12 @@ def _scalar(fill_value):
 
 
 def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
-        indices_are_sorted: bool = False, unique_indices: bool = False):
+        indices_are_sorted: bool = False, unique_indices: bool = False, grad=None):
     """Run ``plan`` on ``data`` and ``indices`` in ``mode``.
 
-    Eagerly, ``"error"`` runs a checkified compile and raises at once; under a
-    trace it binds a checkify check, and refuses to trace where nothing will
+    With ``"error"``, concrete indices are checked on the host at once (eager
+    calls, and indices that are constants of a trace); traced indices get a
+    checkify check, and tracing stops with a clear error where nothing will
     functionalise that check.
     """
     fill_value = _scalar(fill_value)
@@ -106,13 +114,13 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     data = _dtypes.check_data(plan.op, data,
                               {"data": plan.data_shape, "indices": plan.indices_shape})
     if mode == "error":
-        if not _dtypes.is_traced(data, indices):
-            err, out = compiled(plan, mode, fill_value, hints, True)(data, indices)
-            throw(err)
-            return out
-        if not _modes.checks_functionalised():
+        if not _dtypes.is_traced(indices):
+            # Concrete indices (eager calls, constants under jit or grad): check now.
+            _modes.host_check(plan, indices)
+            mode = "promise_in_bounds"  # the same gather, checked already
+        elif not _modes.checks_functionalised():
             _modes.not_functionalised(plan.op)
-    return compiled(plan, mode, fill_value, hints, False)(data, indices)
+    return compiled(plan, mode, fill_value, hints, grad)(data, indices)
 
 
 def checked(fn):

@@ -33,7 +33,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather._errors import XGatherError, choice, fail
+from xgather._errors import OutOfBoundsError, XGatherError, choice, fail
 
 Mode = Literal["error", "clip", "fill", "promise_in_bounds"]
 MODES: tuple[str, ...] = ("error", "clip", "fill", "promise_in_bounds")
@@ -128,32 +128,45 @@ def wrap(plan, indices):
     return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
 
 
-def check(plan, indices) -> None:
-    """Emit the checkify check: op, the first bad index as given, its position, the range."""
-    if indices.size == 0:
-        return
-    s = bounds_array(plan, indices)
-    signed = jnp.issubdtype(indices.dtype, jnp.signedinteger)
+def _violation(plan, indices, xp):
+    """``(any_bad, fmt, args)`` for the first out-of-range index, in NumPy or jax.numpy."""
+    s = plan.bounds[0] if not plan.index_vector else xp.broadcast_to(
+        xp.asarray(np.asarray(plan.bounds), dtype=indices.dtype), indices.shape)
     valid = indices < s
-    if signed:
-        valid &= indices >= (-s if plan.negative else 0)
-    bad = jnp.logical_not(valid).ravel()
-    first = jnp.argmax(bad)
-    pos = jnp.unravel_index(first, indices.shape)
-    size = jnp.broadcast_to(s, indices.shape).ravel()[first] if indices.ndim else s
+    if np.issubdtype(indices.dtype, np.signedinteger):
+        valid = valid & (indices >= (-s if plan.negative else 0))
+    bad = xp.logical_not(valid).ravel()
+    first = xp.argmax(bad)
+    pos = xp.unravel_index(first, indices.shape)
+    size = xp.broadcast_to(xp.asarray(s), indices.shape).ravel()[first] if indices.ndim else s
     value = indices.ravel()[first] if indices.ndim else indices
-    axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
-                           else (1,)).ravel()
-    axis = jnp.asarray(axes)[first % axes.size]
+    axes = np.broadcast_to(np.asarray(plan.index_axes),
+                           indices.shape if plan.index_vector else (1,)).ravel()
+    axis = xp.asarray(axes)[first % axes.size]
     where = ("indices[" + ", ".join("{}" for _ in pos) + "]") if pos else "indices (a scalar)"
     lo = "-{}" if plan.negative else "0"
     fmt = (f"{plan.op}: index {{}} at {where} is out of range [{lo}, {{}}] "
            f"for data axis {{}} of size {{}} ({{}} out-of-range value(s) in indices)")
-    args = [value, *pos]
-    if plan.negative:
-        args.append(size)
-    args += [size - 1, axis, size, jnp.sum(bad)]
-    checkify.check(jnp.logical_not(jnp.any(bad)), fmt, *args)
+    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, bad.sum()]
+    return xp.any(bad), fmt, [xp.asarray(a) for a in args]
+
+
+def check(plan, indices) -> None:
+    """Emit the checkify check: op, the first bad index as given, its position, the range."""
+    if indices.size == 0:
+        return
+    any_bad, fmt, args = _violation(plan, indices, jnp)
+    checkify.check(jnp.logical_not(any_bad), fmt, *args)
+
+
+def host_check(plan, indices) -> None:
+    """The same check on concrete indices, raising :class:`OutOfBoundsError` at once."""
+    indices = np.asarray(indices)
+    if indices.size == 0:
+        return
+    any_bad, fmt, args = _violation(plan, indices, np)
+    if any_bad:
+        raise OutOfBoundsError(fmt.format(*args))
 
 
 def not_functionalised(op: str) -> None:

@@ -1,0 +1,108 @@
+"""Apple BNNS gathers: ``BNNSGatherND``, gather with a batch-dimension count, gather along an axis.
+
+BNNS documents int32 indices and says nothing of negative or out-of-range
+ones. xgather accepts int32 and int64, treats the valid range as ``[0, s-1]``
+(a negative index is out of range, not counted from the end), and defaults
+to ``mode="error"``; ``"clip"``, ``"fill"`` and ``"promise_in_bounds"`` are
+there to choose.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.typing import ArrayLike
+
+from xgather import _apply, _dtypes, _modes, _plan
+from xgather._frontend import shapes
+from xgather._modes import Mode
+
+INDEX_DTYPES = _dtypes.INT32_INDICES
+
+
+def _check(op, data, indices):
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    return sh
+
+
+def _gather_nd_plan(input, indices, batch_dimension_count: int = 0, **_):  # noqa: A002
+    sh = _check("bnns.GatherND", input, indices)
+    return _plan.nd_plan("bnns.GatherND", sh["data"], sh["indices"], batch_dimension_count,
+                         negative=False)
+
+
+def _gather_plan(input, indices, axis: int, batch_dimension_count: int = 0, **_):  # noqa: A002
+    op = "bnns.Gather"
+    sh = _check(op, input, indices)
+    ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, batch_dimension_count,
+                           negative=False)
+
+
+def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002
+    op = "bnns.GatherAlongAxis"
+    sh = _check(op, input, indices)
+    ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
+    return _plan.elements_plan(op, sh["data"], sh["indices"], ax, negative=False,
+                               smaller_ok=False)
+
+
+def _call(plan, data, indices, mode, fill_value):
+    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
+    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode), fill_value)
+
+
+@_apply.planned(_gather_nd_plan)
+def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int = 0, *,  # noqa: A002
+              mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """``BNNSGatherND``: ``indices`` is a set of lookup vectors along its last axis.
+
+    A lookup vector of length ``k`` shorter than the rank gathers the slice
+    ``input[b..., v_0, ..., v_{k-1}, :, ...]``.
+
+    Args:
+      input: array of shape ``(b..., d...)``.
+      indices: int32/int64 array of shape ``(b..., q..., k)``, each entry in ``[0, d_j - 1]``.
+      batch_dimension_count: leading dimensions of ``input`` and ``indices`` that pair up.
+
+    Returns:
+      Array of shape ``(b..., q..., d[k:]...)``.
+
+    >>> import numpy as np, xgather
+    >>> x = np.array([10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33.]).reshape(3, 2, 2)
+    >>> xgather.bnns.gather_nd(x, np.array([1, 0], np.int32)[None]).tolist()
+    [[20.0, 21.0]]
+    """
+    return _call(_gather_nd_plan(input, indices, batch_dimension_count), input, indices, mode,
+                 fill_value)
+
+
+@_apply.planned(_gather_plan)
+def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_count: int = 0, *,  # noqa: A002
+           mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """BNNS gather along ``axis`` with ``batch_dimension_count`` leading batch dimensions.
+
+    Returns:
+      Array of shape ``input.shape[:axis] + indices.shape[b:] + input.shape[axis+1:]``.
+
+    >>> import xgather
+    >>> xgather.bnns.gather([[1, 2, 3], [4, 5, 6]], [[2], [0]], axis=1,
+    ...                     batch_dimension_count=1).tolist()
+    [[3], [4]]
+    """
+    return _call(_gather_plan(input, indices, axis, batch_dimension_count), input, indices, mode,
+                 fill_value)
+
+
+@_apply.planned(_gather_along_axis_plan)
+def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noqa: A002
+                      mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """BNNS gather along an axis, element by element (``numpy.take_along_axis``).
+
+    ``indices`` has ``input``'s shape except on ``axis``; the output has ``indices``' shape.
+
+    >>> import xgather
+    >>> xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1).tolist()
+    [[2], [3]]
+    """
+    return _call(_gather_along_axis_plan(input, indices, axis), input, indices, mode, fill_value)

@@ -1,0 +1,268 @@
+"""OpenVINO ``Gather`` (opset 1, 7, 8), ``GatherND`` (5, 8), ``GatherElements`` (6).
+
+Choices, with the evidence behind them:
+
+* Gather: ``axis`` is an input in OpenVINO. Here it is a Python int, or a
+  scalar / 1-element array whose value is known when tracing; a traced axis is
+  an error (the output shape depends on it).
+* Gather-8 specifies that negative indices count from the end and that an
+  index outside ``[-s, s-1]`` yields zeros: that is ``mode=None`` (``"fill"``
+  with 0). Gather-1 and Gather-7 specify only ``[0, s-1]``; xgather follows
+  OpenVINO's reference kernels, which wrap negative indices, and its runtime,
+  which writes zeros for indices outside, so all three versions agree. (The
+  CPU plugin of OpenVINO 2026.4 writes zeros for *negative* indices in
+  Gather-1/7: xgather does not copy that.)
+* Gather-7/8 ``batch_dims`` may be negative and is then ``indices.ndim +
+  batch_dims``; it lies in ``[-min(r, q), min(r, q)]`` and must be ``<= axis``.
+* GatherND-5 folds the batch dimensions of the output into one
+  (``prod(indices.shape[:b]) + indices.shape[b:-1] + data.shape[b+k:]``);
+  GatherND-8 keeps them. Negative indices wrap (as the runtime does). An
+  out-of-range index is undefined in OpenVINO (its CPU plugin reads stray
+  memory), so xgather's default is ``"error"``.
+* GatherElements-6: ``indices`` equals ``data`` in shape except on ``axis``;
+  negative indices wrap (as the runtime does); out of range defaults to
+  ``"error"``.
+* Index types: any integer type (OpenVINO's ``T_IND``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import xml.etree.ElementTree as ET
+
+import jax
+import numpy as np
+from jax.typing import ArrayLike
+
+from xgather import _apply, _dtypes, _modes, _plan
+from xgather._errors import fail
+from xgather._frontend import shapes, versioned
+from xgather._modes import Mode
+
+GATHER_VERSIONS = (1, 7, 8)
+GATHER_ND_VERSIONS = (5, 8)
+GATHER_ELEMENTS_VERSIONS = (6,)
+INDEX_DTYPES = _dtypes.ANY_INTEGER
+
+
+def static_axis(op: str, axis, sh) -> int:
+    """The value of an ``axis`` input, which must be known at trace time."""
+    if _dtypes.is_traced(axis):
+        fail(op, "axis must be known at trace time (a Python int or a concrete scalar); "
+             "a traced axis would make the output shape depend on a run-time value",
+             type(axis).__name__, sh)
+    if isinstance(axis, bool):
+        fail(op, "axis must be an integer", repr(axis), sh)
+    if isinstance(axis, int):
+        return axis
+    arr = np.asarray(axis)
+    if arr.dtype.kind not in "iu" or arr.size != 1 or arr.ndim > 1:
+        fail(op, "axis must be an integer scalar or 1-element 1D array",
+             f"{arr.dtype}{list(arr.shape)}", sh)
+    return int(arr.reshape(()))
+
+
+def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8, **_):
+    op = versioned("openvino", "Gather", version, GATHER_VERSIONS, "version")
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    r, q = len(sh["data"]), len(sh["indices"])
+    ax = _plan.normalize_axis(op, static_axis(op, axis, sh), r, sh)
+    if version == 1 and batch_dims != 0:
+        fail(op, "batch_dims exists from version 7 on", f"batch_dims={batch_dims}", sh)
+    if isinstance(batch_dims, bool) or not isinstance(batch_dims, int):
+        fail(op, "batch_dims must be an int", repr(batch_dims), sh)
+    lim = min(r, q)
+    if not -lim <= batch_dims <= lim:
+        fail(op, f"batch_dims must be in [-min(data.ndim, indices.ndim), "
+             f"min(data.ndim, indices.ndim)] = [{-lim}, {lim}]", f"batch_dims={batch_dims}", sh)
+    b = batch_dims + q if batch_dims < 0 else batch_dims
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, b, True)
+
+
+def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8, **_):
+    op = versioned("openvino", "GatherND", version, GATHER_ND_VERSIONS, "version")
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims, True, fold_batch=version == 5)
+
+
+def _gather_elements_plan(data, indices, axis: int, **_):
+    op = "openvino.GatherElements-6"
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
+    return _plan.elements_plan(op, sh["data"], sh["indices"], ax, True, smaller_ok=False)
+
+
+def _call(plan, data, indices, mode, fill_value, spec_default):
+    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
+    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode, spec_default), fill_value)
+
+
+@_apply.planned(_gather_plan)
+def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
+           mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """OpenVINO ``Gather``: ``data[:axis] + indices[batch_dims:] + data[axis+1:]``.
+
+    Args:
+      data: array of shape ``(b..., d...)`` with ``len(b) == batch_dims``.
+      indices: integer array of shape ``(b..., q...)``; entries in ``[-s, s-1]`` with
+        ``s = data.shape[axis]``; outside, the output is 0 (``mode=None``).
+      axis: int (or concrete scalar) in ``[-r, r-1]``, ``>= batch_dims`` after normalisation.
+      batch_dims: versions 7 and 8; negative values count from ``indices.ndim``.
+      version: 1, 7 or 8.
+
+    Returns:
+      Array of shape ``data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]``.
+
+    >>> import xgather
+    >>> xgather.openvino.gather([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]],
+    ...                         [[0, 0, 4], [4, 0, 0]], axis=1, batch_dims=1).tolist()
+    [[1, 1, 5], [10, 6, 6]]
+    """
+    plan = _gather_plan(data, indices, axis, batch_dims, version=version)
+    return _call(plan, data, indices, mode, fill_value, "fill")
+
+
+@_apply.planned(_gather_nd_plan)
+def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, version: int = 8,
+              mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """OpenVINO ``GatherND``: slices of ``data`` addressed by index tuples.
+
+    Args:
+      data: array of shape ``(b..., d...)``.
+      indices: integer array of shape ``(b..., q..., k)``, ``k <= data.ndim - batch_dims``.
+      batch_dims: ``0 <= batch_dims < min(data.ndim, indices.ndim)``.
+      version: 5 (the output's batch dims folded into one) or 8 (kept).
+
+    Returns:
+      Version 8: ``(b..., q..., d[k:]...)``; version 5: ``(prod(b), q..., d[k:]...)``.
+
+    >>> import xgather
+    >>> xgather.openvino.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 0]]).tolist()
+    [1, 3]
+    """
+    plan = _gather_nd_plan(data, indices, batch_dims, version=version)
+    return _call(plan, data, indices, mode, fill_value, "error")
+
+
+@_apply.planned(_gather_elements_plan)
+def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
+                    mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """OpenVINO ``GatherElements-6``: ``out[i] = data[i_0, .., indices[i], .., i_{r-1}]``.
+
+    ``indices`` has ``data``'s shape except on ``axis``; the output has ``indices``' shape.
+
+    >>> import xgather
+    >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
+    [[1, 1], [4, 3]]
+    """
+    plan = _gather_elements_plan(data, indices, axis)
+    return _call(plan, data, indices, mode, fill_value, "error")
+
+
+# -- IR layers ----------------------------------------------------------------------------
+
+_IR_OPS = {"Gather": GATHER_VERSIONS, "GatherND": GATHER_ND_VERSIONS,
+           "GatherElements": GATHER_ELEMENTS_VERSIONS}
+
+
+@dataclasses.dataclass(frozen=True)
+class IRLayer:
+    """A gather layer of an OpenVINO IR, callable on arrays.
+
+    ``inputs`` and ``output`` hold the port dims the IR declares (``None`` for a
+    dynamic dim); a call checks its arrays against them.
+    """
+
+    type: str
+    version: int
+    opset: str
+    attrs: tuple[tuple[str, int], ...]
+    inputs: tuple[tuple[int | None, ...], ...]
+    output: tuple[int | None, ...] | None
+    name: str | None = None
+
+    @property
+    def op(self) -> str:
+        return f"openvino.{self.type}-{self.version}"
+
+    def __call__(self, data, indices, axis=None, *, mode: Mode | None = None, fill_value=None):
+        attrs = dict(self.attrs)
+        for port, x in enumerate((data, indices)):
+            self._check_dims(f"input port {port}", self.inputs[port] if port < len(self.inputs)
+                             else None, _dtypes.shape_of(x))
+        if self.type == "Gather":
+            if axis is None:
+                fail(self.op, "the axis input (port 2) must be given: the IR holds it in a "
+                     "separate Const layer", None)
+            out = gather(data, indices, axis, attrs.get("batch_dims", 0), version=self.version,
+                         mode=mode, fill_value=fill_value)
+        elif self.type == "GatherND":
+            out = gather_nd(data, indices, attrs.get("batch_dims", 0), version=self.version,
+                            mode=mode, fill_value=fill_value)
+        else:
+            out = gather_elements(data, indices, attrs.get("axis", 0), mode=mode,
+                                  fill_value=fill_value)
+        self._check_dims("output port", self.output, tuple(out.shape))
+        return out
+
+    def _check_dims(self, where, declared, got):
+        if declared is None:
+            return
+        if len(declared) != len(got) or any(d is not None and d != g
+                                             for d, g in zip(declared, got)):
+            fail(self.op, f"the IR declares {where} dims {list(declared)}", str(list(got)))
+
+    def to_xml(self) -> str:
+        """The ``<layer>`` element again (ids and names as parsed)."""
+        layer = ET.Element("layer", {"type": self.type, "version": self.opset,
+                                     **({"name": self.name} if self.name else {})})
+        if self.attrs:
+            ET.SubElement(layer, "data", {k: str(v) for k, v in self.attrs})
+        ports = ET.SubElement(layer, "input")
+        for i, dims in enumerate(self.inputs):
+            port = ET.SubElement(ports, "port", {"id": str(i)})
+            for d in dims:
+                ET.SubElement(port, "dim").text = "-1" if d is None else str(d)
+        if self.output is not None:
+            port = ET.SubElement(ET.SubElement(layer, "output"), "port",
+                                 {"id": str(len(self.inputs))})
+            for d in self.output:
+                ET.SubElement(port, "dim").text = "-1" if d is None else str(d)
+        return ET.tostring(layer, encoding="unicode")
+
+
+def _dims(port) -> tuple[int | None, ...]:
+    return tuple(None if int(d.text) < 0 else int(d.text) for d in port.findall("dim"))
+
+
+def from_ir_layer(layer) -> IRLayer:
+    """An IR ``<layer type="Gather*" version="opsetN">`` (Element or XML text) as a callable.
+
+    The version of the op follows the opset: Gather-1 up to opset6, Gather-7
+    in opset7, Gather-8 from opset8; GatherND-5 up to opset7, GatherND-8 from
+    opset8; GatherElements-6 from opset6.
+    """
+    if isinstance(layer, str | bytes):
+        layer = ET.fromstring(layer)
+    kind, opset = layer.get("type"), layer.get("version", "")
+    if kind not in _IR_OPS:
+        fail("openvino.from_ir_layer", f"layer type must be one of {', '.join(_IR_OPS)}",
+             repr(kind))
+    m = re.fullmatch(r"opset(\d+)", opset)
+    if not m:
+        fail("openvino.from_ir_layer", 'version must look like "opsetN"', repr(opset))
+    n = int(m.group(1))
+    versions = [v for v in _IR_OPS[kind] if v <= n]
+    if not versions:
+        fail(f"openvino.{kind}", f"{kind} exists from opset{_IR_OPS[kind][0]} on", opset)
+    data = layer.find("data")
+    attrs = tuple(sorted((k, int(v)) for k, v in (data.attrib.items() if data is not None
+                                                     else ()) if k in ("batch_dims", "axis")))
+    inputs = tuple(_dims(p) for p in layer.findall("input/port"))
+    outs = layer.findall("output/port")
+    return IRLayer(kind, versions[-1], opset, attrs, inputs, _dims(outs[0]) if outs else None,
+                   layer.get("name"))
