@@ -101,3 +101,19 @@ def scatter_add_take(shape, indices, cotangent, axis=0, batch_dims=0, *, negativ
         except Fill:
             pass
     return grad * scale
+
+
+def vjp_data(gather_ref, shape, cotangent, *args, **kwargs):
+    """The gradient w.r.t. ``data`` of any reference gather: scatter-add of the cotangent.
+
+    ``gather_ref`` runs on the flat positions of ``data`` (filled slots are -1), so
+    every output element knows its source; the cotangent is added there, duplicates
+    accumulating and filled slots dropping out.
+    """
+    positions = gather_ref(np.arange(int(np.prod(shape))).reshape(shape), *args, fill=-1,
+                           **kwargs)
+    cotangent = np.asarray(cotangent)
+    grad = np.zeros(int(np.prod(shape)), cotangent.dtype)
+    keep = positions >= 0
+    np.add.at(grad, positions[keep], cotangent[keep])
+    return grad.reshape(shape)

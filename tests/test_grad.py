@@ -1,0 +1,178 @@
+"""Gradients of every op w.r.t. data: the scatter-add rule, all transformations, all modes."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import xgather
+from tests import reference as ref
+
+RNG = np.random.default_rng(42)
+
+
+def _idx(shape, s, negative=True):
+    return RNG.integers(-s if negative else 0, s, shape)
+
+
+def cases():
+    """(id, op(d, i), reference gather, its args, data shape, indices)."""
+    out = []
+    for r in range(1, 6):
+        shape = (3, 2, 4, 2, 3)[:r]
+        axis = r - 1 if r % 2 else 0
+        idx = _idx((5,), shape[axis])
+        idx[:2] = idx[0]  # duplicates
+        out.append((f"onnx-gather-r{r}", functools.partial(xgather.onnx.gather, axis=axis),
+                    ref.gather, dict(axis=axis), shape, idx))
+        k = max(1, r // 2)
+        tup = np.stack([_idx((4,), shape[j]) for j in range(k)], -1)
+        tup[1] = tup[0]
+        out.append((f"onnx-gather-nd-r{r}-k{k}", xgather.onnx.gather_nd, ref.gather_nd, {},
+                    shape, tup))
+        eshape = tuple(n + 2 if i == axis else n for i, n in enumerate(shape))
+        out.append((f"onnx-gather-elements-r{r}",
+                    functools.partial(xgather.onnx.gather_elements, axis=axis),
+                    ref.gather_elements, dict(axis=axis), shape, _idx(eshape, shape[axis])))
+    shape = (2, 3, 4)
+    tup = np.stack([_idx((2, 5), shape[1]), _idx((2, 5), shape[2])], -1)
+    out.append(("onnx-gather-nd-b1", functools.partial(xgather.onnx.gather_nd, batch_dims=1),
+                ref.gather_nd, dict(batch_dims=1), shape, tup))
+    bidx = _idx((2, 3, 6), 4)
+    for v in (7, 8):
+        out.append((f"openvino-gather{v}-b2",
+                    functools.partial(xgather.openvino.gather, axis=2, batch_dims=-1, version=v),
+                    ref.gather, dict(axis=2, batch_dims=2), shape, bidx))
+    for v in (5, 8):
+        out.append((f"openvino-gather-nd{v}-b1",
+                    functools.partial(xgather.openvino.gather_nd, batch_dims=1, version=v),
+                    (lambda d, i, v=v, **kw: ref.gather_nd(d, i, 1, **kw)), {}, shape, tup))
+    out.append(("openvino-gather-elements",
+                functools.partial(xgather.openvino.gather_elements, axis=1),
+                ref.gather_elements, dict(axis=1), shape, _idx((2, 7, 4), 3)))
+    pos = np.abs(tup) % 3
+    out.append(("bnns-gather-nd-b1", functools.partial(xgather.bnns.gather_nd,
+                                                       batch_dimension_count=1),
+                ref.gather_nd, dict(batch_dims=1, negative=False), shape, pos))
+    out.append(("bnns-gather-b1", functools.partial(xgather.bnns.gather, axis=2,
+                                                    batch_dimension_count=1),
+                ref.gather, dict(axis=2, batch_dims=1, negative=False), shape,
+                _idx((2, 3), 4, negative=False)))
+    out.append(("bnns-gather-along-axis", functools.partial(xgather.bnns.gather_along_axis,
+                                                            axis=0),
+                ref.gather_elements, dict(axis=0, negative=False), shape,
+                _idx((4, 3, 4), 2, negative=False)))
+    out.append(("labview-gather", functools.partial(xgather.labview.gather, axis=1),
+                ref.gather, dict(axis=1), shape, _idx((3, 3), 3)))
+    return [pytest.param(*c[1:], id=c[0]) for c in out]
+
+
+CASES = cases()
+
+
+@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
+def test_vjp_is_scatter_add(op, gref, kw, shape, idx):
+    data = RNG.standard_normal(shape).astype(np.float32)
+    out = np.asarray(op(data, idx))
+    cot = RNG.standard_normal(out.shape).astype(np.float32)
+    want = ref.vjp_data(gref, shape, cot, idx, **kw)
+    _, vjp = jax.vjp(lambda d: op(d, idx), data)
+    np.testing.assert_allclose(vjp(cot)[0], want, rtol=1e-5, atol=1e-6)
+    # Under jit, with traced indices, and vmapped over a batch of cotangents.
+    g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+    np.testing.assert_allclose(g(data, idx, cot), want, rtol=1e-5, atol=1e-6)
+    vg = jax.vmap(lambda c: vjp(c)[0])(np.stack([cot, 2 * cot]))
+    np.testing.assert_allclose(vg[1], 2 * want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
+def test_check_grads_order_2(op, gref, kw, shape, idx):
+    data = jnp.asarray(RNG.standard_normal(shape), jnp.float32)
+    check_grads(lambda d: jnp.tanh(op(d, idx)), (data,), order=2, modes=("fwd", "rev"),
+                atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES[:6])
+def test_every_transformation(op, gref, kw, shape, idx):
+    data = jnp.asarray(RNG.standard_normal(shape), jnp.float32)
+
+    def f(d):
+        return op(d, idx)
+
+    n_out = int(np.prod(f(data).shape))
+    jf = jax.jacfwd(f)(data)
+    jr = jax.jacrev(f)(data)
+    np.testing.assert_allclose(jf, jr)
+    want = np.stack([ref.vjp_data(gref, shape, e.reshape(f(data).shape), idx, **kw)
+                     for e in np.eye(n_out, dtype=np.float32)]).reshape(jr.shape)
+    np.testing.assert_allclose(jr, want)
+    tangent = RNG.standard_normal(shape).astype(np.float32)
+    _, t = jax.jvp(f, (data,), (tangent,))
+    np.testing.assert_allclose(t, gref(tangent, idx, **kw))
+    h = jax.jit(jax.hessian(lambda d: (f(d) ** 2).sum()))(data)
+    assert h.shape == data.shape * 2
+    vh = jax.vmap(jax.grad(lambda d: (f(d) ** 2).sum()))(jnp.stack([data, -data]))
+    np.testing.assert_allclose(vh[0], -vh[1], rtol=1e-6)
+
+
+def test_indices_carry_no_gradient():
+    data, idx = jnp.ones((4, 3)), jnp.array([0, 3, 3])
+    gi = jax.grad(lambda d, i: xgather.onnx.gather(d, i, mode="clip").sum(), argnums=(0, 1),
+                  allow_int=True)(data, idx)
+    assert gi[1].dtype == jax.dtypes.float0
+    _, ti = jax.jvp(lambda d: xgather.onnx.gather(d, idx).sum(), (data,), (jnp.ones_like(data),))
+    assert float(ti) == 9.0
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_out_of_range_gradients(mode):
+    data = np.arange(12, dtype=np.float32).reshape(4, 3)
+    idx = np.array([-6, -4, -1, 0, 3, 4, 9])
+    cot = np.arange(1, 1 + 7 * 3, dtype=np.float32).reshape(7, 3)
+    for op, gref, i, kw in [
+        (functools.partial(xgather.onnx.gather, axis=0, mode=mode), ref.gather, idx,
+         dict(axis=0, oob=mode)),
+        (functools.partial(xgather.onnx.gather_nd, mode=mode), ref.gather_nd,
+         np.stack([idx, idx[::-1]], -1), dict(oob=mode)),
+        (functools.partial(xgather.onnx.gather_elements, axis=0, mode=mode), ref.gather_elements,
+         np.stack([idx] * 3, -1), dict(axis=0, oob=mode)),
+    ]:
+        out, vjp = jax.vjp(lambda d, op=op, i=i: op(d, i), data)
+        c = cot[:, :out.shape[-1]] if out.ndim == 2 else cot[:, 0]
+        np.testing.assert_allclose(vjp(c)[0], ref.vjp_data(gref, data.shape, c, i, **kw))
+
+
+def test_checked_grad_composes():
+    f = xgather.checked(jax.jit(jax.grad(lambda d, i: (xgather.onnx.gather_nd(d, i) ** 2).sum())))
+    data = jnp.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(f(data, jnp.array([[1, -1], [1, 2]])),
+                               [[0, 0, 0], [0, 0, 20.0]])
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index -3 at indices\[0, 0\]"):
+        f(data, jnp.array([[-3, 0]]))
+
+
+def test_hints_reach_the_lowering_and_keep_results():
+    data = jnp.arange(12.0).reshape(6, 2)
+    idx = jnp.array([0, 2, 5])
+
+    def f(d, i):
+        return xgather.onnx.gather(d, i, mode="promise_in_bounds", indices_are_sorted=True,
+                                   unique_indices=True)
+
+    text = jax.jit(f).lower(data, idx).as_text()
+    assert "indices_are_sorted = true" in text
+    grad_text = jax.jit(jax.grad(lambda d, i: f(d, i).sum())).lower(data, idx).as_text()
+    assert "unique_indices = true" in grad_text and "indices_are_sorted = true" in grad_text
+    np.testing.assert_allclose(f(data, idx), np.asarray(data)[[0, 2, 5]])
+    g = jax.grad(lambda d: f(d, idx).sum())(data)
+    np.testing.assert_allclose(g, ref.vjp_data(ref.gather, (6, 2), np.ones((3, 2)), idx))
+    # clip can map distinct indices to one position: unique_indices is dropped there.
+    text = jax.jit(jax.grad(lambda d: xgather.onnx.gather(d, idx, mode="clip",
+                                                          unique_indices=True).sum())
+                   ).lower(data).as_text()
+    assert "unique_indices = true" not in text
