@@ -1,0 +1,1 @@
+"""Hardware-portable gather benchmarks: xgather beside its peers, against the copy roof."""

@@ -1,0 +1,194 @@
+"""``xgather-bench``: run the workload table on the default JAX device beside the peers.
+
+Usage::
+
+    xgather-bench [--quick | --large] [--workloads W1,W3] [--systems xgather,lax,torch]
+                  [--device cpu] [--repeats 15] [--allocator keep|default|both]
+                  [--json run.json]
+    xgather-bench compare A.json B.json
+    xgather-bench plot RECORD.json --out ratios.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench import record as rec
+from bench import roof, stats, systems
+from bench.workloads import WORKLOADS
+
+
+def _progress(msg: str) -> None:
+    end = "\r" if sys.stderr.isatty() else "\n"
+    print(f"{msg:<100}", end=end, file=sys.stderr, flush=True)
+
+
+def _versions(peers) -> dict:
+    import importlib.metadata as md
+    out = {"python": platform.python_version()}
+    for name in ("xgather", "jax", "jaxlib", "numpy", "onnxruntime", "openvino", "torch"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def run(args) -> dict:
+    import jax
+
+    import xgather._alloc as alloc
+    if args.allocator == "keep":
+        alloc.keep_large_allocations()
+    device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
+    size = "quick" if args.quick else "large" if args.large else "default"
+    peers = systems.available()
+    for name, ok in peers.items():
+        if not ok:
+            print(f"skipping {name}: not installed (pip install 'xgather[bench]')",
+                  file=sys.stderr)
+    chosen = set(args.systems.split(",")) if args.systems else None
+    keys = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+    unknown = [k for k in keys if k not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+    roof_bytes = (64 if size == "quick" else 256) << 20
+    _progress("measuring the copy roof")
+    roofs = {f"jax copy ({device.platform})": roof.jax_copy_gbps(device, roof_bytes),
+             "numpy copy 1t": roof.numpy_copy_gbps(roof_bytes, 1)}
+    if systems.cores() > 1:
+        roofs[f"numpy copy {systems.cores()}t"] = roof.numpy_copy_gbps(roof_bytes, systems.cores())
+    device_roof = roofs[f"jax copy ({device.platform})"]
+    host_roof = max(v for k, v in roofs.items() if k.startswith("numpy"))
+    if device.platform == "cpu":
+        device_roof = host_roof = max(device_roof, host_roof)
+    results = []
+    for n, key in enumerate(keys, 1):
+        w = WORKLOADS[key]
+        data, idx = w.arrays(size)
+        fns = systems.build(w, data, idx, device, peers, chosen)
+        first = {}
+        for name, fn in fns.items():
+            _progress(f"[{n}/{len(keys)}] {key} {w.title}: first call of {name}")
+            t0 = time.perf_counter()
+            fn()
+            first[name] = time.perf_counter() - t0
+            fn()
+        reps = {name: stats.calibrate(fn, 0.01 if args.quick else 0.02) for name, fn in fns.items()}
+        samples = stats.interleaved(
+            fns, args.repeats, reps,
+            on_round=lambda r, key=key, w=w, n=n: _progress(
+                f"[{n}/{len(keys)}] {key} {w.title}: round {r}/{args.repeats}"))
+        medians = {k: stats.median(v) for k, v in samples.items()}
+        best = stats.ratios_to_best(medians)
+        moved = w.moved_bytes(size)
+        for name in fns:
+            gbps = moved / medians[name] / 1e9
+            r_roof = device_roof if name.startswith(("xgather", "lax")) else host_roof
+            results.append({"workload": key, "title": w.title, "system": name,
+                            "samples_s": samples[name], "median_s": medians[name],
+                            "spread": stats.spread(samples[name]), "gbps": gbps,
+                            "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
+                            "first_call_s": first[name], "reps": reps[name],
+                            "allocator": args.allocator})
+    _progress("")
+    return {
+        "schema": rec.SCHEMA,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "size": size,
+        "device": {"kind": device.device_kind, "platform": device.platform,
+                   "backend": jax.default_backend(), "cores": systems.cores(),
+                   "machine": platform.machine()},
+        "roof": roofs,
+        "versions": _versions(peers),
+        "environment": {k: v for k, v in os.environ.items()
+                        if k.startswith(("XLA_", "JAX_", "OMP_", "MKL_", "XGATHER_"))},
+        "allocator": alloc.allocator_settings(),
+        "x64": bool(jax.config.jax_enable_x64),
+        "results": results,
+    }
+
+
+def _run_both(args, argv) -> dict:
+    """Each allocator setting in its own process; one merged record."""
+    merged = None
+    for setting in ("default", "keep"):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "run.json")
+            child = [a for a in argv if not a.startswith("--allocator")]
+            cmd = [sys.executable, "-m", "bench", *child, "--allocator", setting, "--json", out,
+                   "--no-table"]
+            subprocess.run(cmd, check=True)
+            r = rec.load(out)
+        for res in r["results"]:
+            res["system"] += f" @{setting}"
+        if merged is None:
+            merged = r
+            merged["allocator"] = {"both": True}
+        else:
+            merged["results"] += r["results"]
+    by_w = {}
+    for res in merged["results"]:
+        by_w.setdefault(res["workload"], []).append(res)
+    for group in by_w.values():
+        best = min(r["median_s"] for r in group)
+        for r in group:
+            r["ratio_to_best"] = r["median_s"] / best
+    merged["results"] = [r for g in by_w.values() for r in g]
+    return merged
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare"]:
+        p = argparse.ArgumentParser(prog="xgather-bench compare")
+        p.add_argument("a")
+        p.add_argument("b")
+        a = p.parse_args(argv[1:])
+        print(rec.compare(rec.load(a.a), rec.load(a.b)))
+        return 0
+    if argv[:1] == ["plot"]:
+        p = argparse.ArgumentParser(prog="xgather-bench plot")
+        p.add_argument("record")
+        p.add_argument("--out", required=True)
+        a = p.parse_args(argv[1:])
+        rec.plot(rec.load(a.record), a.out)
+        print(f"wrote {a.out}")
+        return 0
+    p = argparse.ArgumentParser(prog="xgather-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="small sizes, done in under a minute")
+    g.add_argument("--large", action="store_true", help="larger sizes")
+    p.add_argument("--workloads", help="comma-separated keys (default: all of W1-W10)")
+    p.add_argument("--systems", help="comma-separated: xgather, lax, numpy, onnxruntime, "
+                   "openvino, torch (default: all installed)")
+    p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
+    p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (samples)")
+    p.add_argument("--allocator", choices=("keep", "default", "both"), default="keep",
+                   help="keep: xgather.keep_large_allocations() first (the default); "
+                        "default: glibc as it comes; both: each in its own process")
+    p.add_argument("--json", help="write the run as a JSON record")
+    p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 7 if args.quick else 15
+    record = _run_both(args, argv) if args.allocator == "both" else run(args)
+    if not args.no_table:
+        print(rec.table(record))
+    if args.json:
+        rec.save(record, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

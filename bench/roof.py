@@ -1,0 +1,41 @@
+"""The memory-bandwidth roof: copy bandwidth measured in the same run."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from bench import stats
+
+
+def jax_copy_gbps(device, nbytes: int, rounds: int = 7) -> float:
+    """Read + write bandwidth of ``x + 1`` on ``device`` (a pass XLA cannot elide)."""
+    import jax
+    x = jax.device_put(np.ones(nbytes // 4, np.float32), device)
+    f = jax.jit(lambda a: a + 1)
+    jax.block_until_ready(f(x))
+    t = stats.median([stats.time_batch(lambda: jax.block_until_ready(f(x)), 3)
+                      for _ in range(rounds)])
+    return 2 * nbytes / t / 1e9
+
+
+def numpy_copy_gbps(nbytes: int, threads: int, rounds: int = 7) -> float:
+    """Read + write bandwidth of ``np.copyto`` split over ``threads`` threads."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    chunks = np.array_split(np.arange(src.size), threads)
+    bounds = [(c[0], c[-1] + 1) for c in chunks if c.size]
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+
+    def copy():
+        if pool is None:
+            np.copyto(dst, src)
+        else:
+            list(pool.map(lambda ab: np.copyto(dst[ab[0]:ab[1]], src[ab[0]:ab[1]]), bounds))
+
+    copy()
+    t = stats.median([stats.time_batch(copy, 3) for _ in range(rounds)])
+    if pool:
+        pool.shutdown()
+    return 2 * nbytes / t / 1e9

@@ -1,0 +1,51 @@
+"""Statistics and timing loops (no JAX here: the systems bring their own sync)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def spread(xs) -> float:
+    """Relative interquartile range: (p75 - p25) / median."""
+    if len(xs) < 2:
+        return 0.0
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    m = median(xs)
+    return (q[2] - q[0]) / m if m else 0.0
+
+
+def time_batch(fn: Callable[[], object], reps: int) -> float:
+    """Seconds per call over ``reps`` back-to-back calls (``fn`` must block until done)."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def calibrate(fn: Callable[[], object], target_s: float = 0.02, max_reps: int = 1000) -> int:
+    """Calls per sample so that one sample lasts about ``target_s``."""
+    t = time_batch(fn, 1)
+    return max(1, min(max_reps, int(target_s / max(t, 1e-7))))
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str, int],
+                on_round=None) -> dict[str, list[float]]:
+    """``rounds`` rounds, each timing every system once, so noise hits them alike."""
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(time_batch(fn, reps[name]))
+        if on_round:
+            on_round(r + 1)
+    return samples
+
+
+def ratios_to_best(medians: dict[str, float]) -> dict[str, float]:
+    best = min(medians.values())
+    return {k: v / best for k, v in medians.items()}

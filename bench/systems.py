@@ -1,0 +1,245 @@
+"""The systems a workload runs on: xgather, hand-written lax.gather, and the peers.
+
+Each builder returns a zero-argument callable that runs the workload once and
+blocks until the result is ready, or ``None`` where the system has no such
+op. Peers that are not installed are reported by :func:`available` and skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+Runner = Callable[[], object]
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def available() -> dict[str, bool]:
+    return {name: importlib.util.find_spec(name) is not None
+            for name in ("onnxruntime", "openvino", "torch")}
+
+
+# -- JAX: xgather and the hand-written lax.gather ---------------------------------------------
+
+def _jax_inputs(data, idx, device):
+    import jax
+    return jax.device_put(data, device), jax.device_put(idx, device)
+
+
+def _xgather_fn(w, mode):
+    import jax
+
+    import xgather
+    if w.op == "onnx.gather":
+        def f(d, i):
+            return xgather.onnx.gather(d, i, w.axis, mode=mode)
+    elif w.op == "onnx.gather_nd":
+        def f(d, i):
+            return xgather.onnx.gather_nd(d, i, w.batch_dims, mode=mode)
+    elif w.op == "onnx.gather_elements":
+        def f(d, i):
+            return xgather.onnx.gather_elements(d, i, w.axis, mode=mode)
+    elif w.op == "openvino.gather7":
+        def f(d, i):
+            return xgather.openvino.gather(d, i, w.axis, w.batch_dims, version=7, mode=mode)
+    else:  # grad
+        def f(d, i):
+            return jax.grad(lambda x: (xgather.onnx.gather(x, i, 0, mode=mode) ** 2).sum())(d)
+    return f
+
+
+def xgather_runner(w, data, idx, device, mode=None) -> Runner:
+    """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted."""
+    import jax
+
+    import xgather
+    f = jax.jit(_xgather_fn(w, mode))
+    if (mode or "error") == "error" and w.op != "openvino.gather7":
+        f = xgather.checked(f)
+    d, i = _jax_inputs(data, idx, device)
+    return lambda: jax.block_until_ready(f(d, i))
+
+
+def lax_fn(w):
+    """The same gather written directly with ``lax.gather`` (indices known valid)."""
+    import jax
+    from jax import lax
+    GDN, PIB = lax.GatherDimensionNumbers, lax.GatherScatterMode.PROMISE_IN_BOUNDS
+
+    def take(d, i, axis):
+        axis %= d.ndim
+        q = i.ndim
+        dn = GDN(offset_dims=tuple(range(axis)) + tuple(range(axis + q, d.ndim - 1 + q)),
+                 collapsed_slice_dims=(axis,), start_index_map=(axis,))
+        sizes = d.shape[:axis] + (1,) + d.shape[axis + 1:]
+        return lax.gather(d, i[..., None], dn, sizes, mode=PIB)
+
+    if w.op in ("onnx.gather", "grad") or (w.op == "openvino.gather7" and not w.batch_dims):
+        f = lambda d, i: take(d, i, w.axis)  # noqa: E731
+    elif w.op == "openvino.gather7":  # batch_dims=1, axis=1: XLA batching dims
+        def f(d, i):
+            dn = GDN(offset_dims=(2,), collapsed_slice_dims=(1,), start_index_map=(1,),
+                     operand_batching_dims=(0,), start_indices_batching_dims=(0,))
+            return lax.gather(d, i[..., None], dn, (1, 1) + d.shape[2:], mode=PIB)
+    elif w.op == "onnx.gather_nd":
+        b = w.batch_dims
+
+        def f(d, i):
+            k, lead = i.shape[-1], i.ndim - 1
+            dn = GDN(offset_dims=tuple(range(lead, lead + d.ndim - b - k)),
+                     collapsed_slice_dims=tuple(range(b, b + k)),
+                     start_index_map=tuple(range(b, b + k)),
+                     operand_batching_dims=tuple(range(b)),
+                     start_indices_batching_dims=tuple(range(b)))
+            return lax.gather(d, i, dn, (1,) * (b + k) + d.shape[b + k:], mode=PIB)
+    else:  # gather_elements
+        def f(d, i):
+            others = tuple(a for a in range(d.ndim) if a != w.axis)
+            dn = GDN(offset_dims=(), collapsed_slice_dims=(w.axis,), start_index_map=(w.axis,),
+                     operand_batching_dims=others, start_indices_batching_dims=others)
+            return lax.gather(d, i[..., None], dn, (1,) * d.ndim, mode=PIB)
+    if w.op == "grad":
+        return jax.grad(lambda d, i: (f(d, i) ** 2).sum())
+    return f
+
+
+def lax_runner(w, data, idx, device) -> Runner:
+    import jax
+    f = jax.jit(lax_fn(w))
+    d, i = _jax_inputs(data, idx.astype(np.int32), device)
+    return lambda: jax.block_until_ready(f(d, i))
+
+
+# -- Peers ------------------------------------------------------------------------------------
+
+def numpy_runner(w, data, idx, device=None) -> Runner:
+    if w.op == "onnx.gather":
+        return lambda: np.take(data, idx, axis=w.axis)
+    if w.op == "onnx.gather_nd":
+        if w.batch_dims:
+            b = np.arange(data.shape[0])[:, None]
+            return lambda: data[b, idx[..., 0]]
+        return lambda: data[tuple(np.moveaxis(idx, -1, 0))]
+    if w.op == "onnx.gather_elements":
+        return lambda: np.take_along_axis(data, idx, axis=w.axis)
+    if w.op == "openvino.gather7":
+        b = np.arange(data.shape[0])[:, None]
+        return lambda: data[b, idx]
+
+    def grad():
+        g = np.zeros_like(data)
+        np.add.at(g, idx, 2 * data[idx])
+        return g
+    return grad
+
+
+def ort_runner(w, data, idx, threads: int) -> Runner | None:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    ops = {"onnx.gather": ("Gather", {"axis": w.axis}),
+           "onnx.gather_nd": ("GatherND", {"batch_dims": w.batch_dims}),
+           "onnx.gather_elements": ("GatherElements", {"axis": w.axis})}
+    if w.op not in ops:
+        return None
+    op, attrs = ops[w.op]
+    node = helper.make_node(op, ["d", "i"], ["o"], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("d", TensorProto.FLOAT, data.shape),
+                      helper.make_tensor_value_info("i", TensorProto.INT64, idx.shape)],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {"d": data, "i": idx}
+    return lambda: sess.run(None, feeds)
+
+
+def openvino_runner(w, data, idx, threads: int) -> Runner | None:
+    import openvino as ov
+    import openvino.opset1 as o1
+    import openvino.opset6 as o6
+    import openvino.opset7 as o7
+    import openvino.opset8 as o8
+    if w.op == "grad":
+        return None
+    pd = o1.parameter(list(data.shape), ov.Type.f32)
+    pi = o1.parameter(list(idx.shape), ov.Type.i64)
+    if w.op == "onnx.gather":
+        node = o8.gather(pd, pi, o1.constant(np.int64(w.axis)))
+    elif w.op == "openvino.gather7":
+        node = o7.gather(pd, pi, o1.constant(np.int64(w.axis)), w.batch_dims)
+    elif w.op == "onnx.gather_nd":
+        node = o8.gather_nd(pd, pi, w.batch_dims)
+    else:
+        node = o6.gather_elements(pd, pi, w.axis)
+    compiled = ov.Core().compile_model(ov.Model([node], [pd, pi]), "CPU",
+                                       {"INFERENCE_NUM_THREADS": threads})
+    req = compiled.create_infer_request()
+    return lambda: req.infer([data, idx])
+
+
+def torch_runner(w, data, idx, threads: int) -> Runner:
+    import torch
+    d, i = torch.from_numpy(data), torch.from_numpy(idx)
+
+    def with_threads(fn):
+        def run():
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                return fn()
+        return run
+
+    if w.op == "onnx.gather":
+        return with_threads(lambda: torch.index_select(d, w.axis % d.ndim, i))
+    if w.op == "onnx.gather_nd":
+        if w.batch_dims:
+            b = torch.arange(d.shape[0])[:, None]
+            return with_threads(lambda: d[b, i[..., 0]])
+        cols = tuple(i[..., j] for j in range(i.shape[-1]))
+        return with_threads(lambda: d[cols])
+    if w.op == "onnx.gather_elements":
+        return with_threads(lambda: torch.gather(d, w.axis, i))
+    if w.op == "openvino.gather7":
+        b = torch.arange(d.shape[0])[:, None]
+        return with_threads(lambda: d[b, i])
+    leaf = d.clone().requires_grad_(True)
+
+    def grad():
+        torch.set_num_threads(threads)
+        leaf.grad = None
+        (torch.index_select(leaf, 0, i) ** 2).sum().backward()
+        return leaf.grad
+    return grad
+
+
+def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None):
+    """``{system name: runner}`` for every system that has this workload."""
+    n = cores()
+    threads = sorted({1, n})
+    out: dict[str, Runner] = {}
+
+    def want(name):
+        return systems is None or name.split(" ")[0] in systems or name in systems
+
+    if want("xgather"):
+        out["xgather"] = xgather_runner(w, data, idx, device)
+        out["xgather[promise]"] = xgather_runner(w, data, idx, device, "promise_in_bounds")
+    if want("lax"):
+        out["lax"] = lax_runner(w, data, idx, device)
+    if want("numpy"):
+        out["numpy"] = numpy_runner(w, data, idx)
+    for name, make in (("onnxruntime", ort_runner), ("openvino", openvino_runner),
+                       ("torch", torch_runner)):
+        if peers.get(name) and want(name):
+            for t in threads:
+                r = make(w, data, idx, t)
+                if r is not None:
+                    out[f"{name} {t}t"] = r
+    return out
