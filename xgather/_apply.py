@@ -41,11 +41,14 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
     fill = (0 if fill_value is None else fill_value) if mode == "fill" else None
 
     def core(d, i):
+        if plan.index_broadcast:
+            lead = plan.index_broadcast
+            i = jnp.broadcast_to(i[(None,) * len(lead)], lead + i.shape)
         return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes,
                           mode=_modes.lax_mode(mode), fill_value=fill,
                           indices_are_sorted=indices_are_sorted, unique_indices=unique_indices)
 
-    if plan.lowering == "vmap":
+    if plan.lowering.startswith("vmap"):
         for _ in range(plan.batch_dims):
             core = jax.vmap(core)
     return core(data, start).reshape(plan.out_shape)
@@ -123,14 +126,18 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     return compiled(plan, mode, fill_value, hints, grad)(data, indices)
 
 
-def checked(fn):
-    """``fn`` with xgather's bound checks functionalised.
+def checked(fn, *, static_argnums=(), static_argnames=()):
+    """``fn`` with xgather's bound checks functionalised, compiled once per input shape.
 
-    Returns a function that runs ``fn`` under ``checkify.checkify`` and raises
-    :class:`~xgather.OutOfBoundsError` if an index was out of range; it works
-    around jitted functions too: ``xgather.checked(jax.jit(f))``.
+    Returns a jitted function that runs ``fn`` under ``checkify.checkify`` and
+    raises :class:`~xgather.OutOfBoundsError` if an index was out of range.
+    ``fn`` may be jitted already (``xgather.checked(jax.jit(f))``) or contain
+    ``jax.grad``/``jax.vmap``; non-array arguments go in ``static_argnums`` /
+    ``static_argnames`` as for ``jax.jit``. Use it as the outermost wrapper: it
+    reads the error flag on the host after each call.
     """
-    cfn = checkify.checkify(fn, errors=checkify.user_checks)
+    cfn = jax.jit(checkify.checkify(fn, errors=checkify.user_checks),
+                  static_argnums=static_argnums, static_argnames=static_argnames)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -28,6 +28,7 @@ import os
 import sys
 from typing import Literal
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -128,45 +129,61 @@ def wrap(plan, indices):
     return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
 
 
-def _violation(plan, indices, xp):
-    """``(any_bad, fmt, args)`` for the first out-of-range index, in NumPy or jax.numpy."""
+def _valid(plan, indices, xp):
+    """True where an index lies in the spec's range (before any wrap)."""
     s = plan.bounds[0] if not plan.index_vector else xp.broadcast_to(
         xp.asarray(np.asarray(plan.bounds), dtype=indices.dtype), indices.shape)
     valid = indices < s
     if np.issubdtype(indices.dtype, np.signedinteger):
         valid = valid & (indices >= (-s if plan.negative else 0))
-    bad = xp.logical_not(valid).ravel()
+    return valid
+
+
+def _report_format(plan, ndim: int) -> str:
+    where = ("indices[" + ", ".join(["{}"] * ndim) + "]") if ndim else "indices (a scalar)"
+    lo = "-{}" if plan.negative else "0"
+    return (f"{plan.op}: index {{}} at {where} is out of range [{lo}, {{}}] "
+            f"for data axis {{}} of size {{}} ({{}} out-of-range value(s) in indices)")
+
+
+def _report_args(plan, indices, xp) -> list:
+    """The values :func:`_report_format` shows, for the first out-of-range index."""
+    bad = xp.logical_not(_valid(plan, indices, xp)).ravel()
     first = xp.argmax(bad)
     pos = xp.unravel_index(first, indices.shape)
-    size = xp.broadcast_to(xp.asarray(s), indices.shape).ravel()[first] if indices.ndim else s
-    value = indices.ravel()[first] if indices.ndim else indices
-    axes = np.broadcast_to(np.asarray(plan.index_axes),
-                           indices.shape if plan.index_vector else (1,)).ravel()
+    sizes = np.broadcast_to(np.asarray(plan.bounds), indices.shape if plan.index_vector
+                            else (1,)).ravel()
+    axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
+                           else (1,)).ravel()
+    size = xp.asarray(sizes)[first % sizes.size]
     axis = xp.asarray(axes)[first % axes.size]
-    where = ("indices[" + ", ".join("{}" for _ in pos) + "]") if pos else "indices (a scalar)"
-    lo = "-{}" if plan.negative else "0"
-    fmt = (f"{plan.op}: index {{}} at {where} is out of range [{lo}, {{}}] "
-           f"for data axis {{}} of size {{}} ({{}} out-of-range value(s) in indices)")
+    value = indices.ravel()[first] if indices.ndim else indices
     args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, bad.sum()]
-    return xp.any(bad), fmt, [xp.asarray(a) for a in args]
+    return [xp.asarray(a, dtype=xp.int64 if xp is np else None) for a in args]
 
 
 def check(plan, indices) -> None:
-    """Emit the checkify check: op, the first bad index as given, its position, the range."""
+    """Emit the checkify check: op, the first bad index as given, its position, the range.
+
+    Only the flag is computed on the fast path; the report (first bad index, its
+    position, the count) is computed under ``lax.cond`` when some index is bad.
+    """
     if indices.size == 0:
         return
-    any_bad, fmt, args = _violation(plan, indices, jnp)
-    checkify.check(jnp.logical_not(any_bad), fmt, *args)
+    any_bad = jnp.logical_not(jnp.all(_valid(plan, indices, jnp)))
+    shapes = jax.eval_shape(lambda i: tuple(_report_args(plan, i, jnp)), indices)
+    report = jax.lax.cond(any_bad, lambda i: tuple(_report_args(plan, i, jnp)),
+                          lambda i: tuple(jnp.zeros(a.shape, a.dtype) for a in shapes), indices)
+    checkify.check(jnp.logical_not(any_bad), _report_format(plan, indices.ndim), *report)
 
 
 def host_check(plan, indices) -> None:
     """The same check on concrete indices, raising :class:`OutOfBoundsError` at once."""
     indices = np.asarray(indices)
-    if indices.size == 0:
+    if indices.size == 0 or _valid(plan, indices, np).all():
         return
-    any_bad, fmt, args = _violation(plan, indices, np)
-    if any_bad:
-        raise OutOfBoundsError(fmt.format(*args))
+    raise OutOfBoundsError(_report_format(plan, indices.ndim).format(
+        *_report_args(plan, indices, np)))
 
 
 def not_functionalised(op: str) -> None:

@@ -20,7 +20,7 @@ from xgather._errors import XGatherError, fail
 Shape = tuple[int, ...]
 
 #: How the batch dimensions of a plan are lowered (see ``Plan.lowering``).
-LOWERINGS = ("vmap", "batching_dims")
+LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +45,14 @@ class Plan:
         GatherND-5 folds the batch dimensions into one).
       data_crop: for element gathers whose indices are smaller than ``data``
         off the axis, the leading box of ``data`` that is read.
-      lowering: ``"vmap"`` (the reference path) or ``"batching_dims"``.
+      lowering: ``"vmap"`` (the reference path: ``jax.vmap`` over the batch
+        dims), ``"batching_dims"`` (XLA batching dimensions, for element
+        gathers), or ``"vmap+row_batching"`` (gathers along an inner axis: the
+        dims before the axis become batching dims too, see ``index_broadcast``).
+      index_broadcast: leading dims the per-batch indices are broadcast over
+        (``"vmap+row_batching"``); each row then gathers its own elements, so
+        XLA writes the output in order instead of gathering columns and
+        transposing them.
     """
 
     op: str
@@ -61,6 +68,7 @@ class Plan:
     gather_shape: Shape
     data_crop: Shape | None = None
     lowering: str = "vmap"
+    index_broadcast: Shape = ()
 
     @property
     def bounds(self) -> Shape:
@@ -82,6 +90,8 @@ class Plan:
             f" start_indices_batching_dims={dn.start_indices_batching_dims}",
             f"  slice_sizes={self.slice_sizes} gather_shape={self.gather_shape}",
         ]
+        if self.index_broadcast:
+            lines.append(f"  indices broadcast over leading dims {self.index_broadcast}")
         if self.data_crop is not None:
             lines.append(f"  data cropped to {self.data_crop} before the gather")
         return "\n".join(lines)
@@ -128,11 +138,24 @@ def take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
         fail(op, f"batch_dims ({b}) must be <= axis ({axis}) after normalisation", None, shapes)
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
     d, q, a = data_shape[b:], indices_shape[b:], axis - b
+    out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
+    if a > 0:
+        # A gather inside the array: an offset-dims gather would collect the
+        # slices index-major and transpose them (slow on XLA:CPU, ~10x once the
+        # program has a second output such as a checkify flag). Make the dims
+        # before the axis batching dims instead, so the output is written in order.
+        rows = tuple(range(a))
+        tail = len(d) - a - 1
+        dn = lax.GatherDimensionNumbers(
+            offset_dims=tuple(range(a + len(q), a + len(q) + tail)), collapsed_slice_dims=(a,),
+            start_index_map=(a,), operand_batching_dims=rows, start_indices_batching_dims=rows)
+        return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
+                    (1,) * (a + 1) + d[a + 1:], out, lowering="vmap+row_batching",
+                    index_broadcast=d[:a])
     per_out = d[:a] + q + d[a + 1:]
     offset = tuple(range(a)) + tuple(range(a + len(q), len(per_out)))
     dn = lax.GatherDimensionNumbers(
         offset_dims=offset, collapsed_slice_dims=(a,), start_index_map=(a,))
-    out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
     return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
                 d[:a] + (1,) + d[a + 1:], out)
 
