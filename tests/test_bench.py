@@ -1,0 +1,125 @@
+"""bench/: statistics, the record schema, compare, missing peers, one --quick run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bench import record, stats, systems
+from bench.workloads import WORKLOADS
+
+
+def test_statistics():
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.spread([1.0, 1.0, 1.0, 1.0]) == 0.0
+    assert stats.spread([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx((4.0 - 2.0) / 3.0)
+    assert stats.ratios_to_best({"a": 2.0, "b": 1.0, "c": 4.0}) == {"a": 2.0, "b": 1.0, "c": 4.0}
+
+
+def test_interleaved_rounds_visit_every_system_each_round():
+    order = []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    samples = stats.interleaved(fns, rounds=3, reps={"a": 1, "b": 2})
+    assert order == ["a", "b", "b"] * 3
+    assert [len(v) for v in samples.values()] == [3, 3]
+
+
+def _record():
+    res = lambda w, s, m: {"workload": w, "title": "t", "system": s,  # noqa: E731
+                           "samples_s": [m, m], "median_s": m, "spread": 0.0, "gbps": 1.0,
+                           "pct_roof": 10.0, "ratio_to_best": 1.0, "first_call_s": 0.1,
+                           "reps": 1}
+    return {"schema": record.SCHEMA, "date": "2026-11-22T00:00:00+00:00", "size": "quick",
+            "device": {"kind": "cpu", "platform": "cpu", "cores": 2},
+            "roof": {"jax copy (cpu)": 10.0}, "versions": {}, "environment": {},
+            "allocator": {}, "results": [res("W1", "xgather", 2e-3), res("W1", "lax", 1e-3)]}
+
+
+def test_schema_accepts_a_record_and_rejects_a_broken_one(tmp_path):
+    rec = _record()
+    path = tmp_path / "r.json"
+    record.save(rec, path)
+    assert record.load(path) == rec
+    broken = copy.deepcopy(rec)
+    del broken["results"][0]["median_s"]
+    with pytest.raises(ValueError, match=r"W1/xgather lacks \['median_s'\]"):
+        record.validate(broken)
+    with pytest.raises(ValueError, match="not an xgather-bench/1 record"):
+        record.validate({**rec, "schema": "other"})
+    with pytest.raises(ValueError, match="record lacks 'roof'"):
+        record.validate({k: v for k, v in rec.items() if k != "roof"})
+
+
+def test_compare_gives_b_over_a():
+    a, b = _record(), _record()
+    b["results"][0]["median_s"] = 1e-3  # xgather twice as fast in B
+    text = record.compare(a, b)
+    lines = {ln.split()[1]: ln for ln in text.splitlines()[2:]}
+    assert lines["xgather"].split()[-1] == "0.50"
+    assert lines["lax"].split()[-1] == "1.00"
+    b["results"] = [dict(b["results"][0], workload="W9")]
+    assert "no workload/system pair in common" in record.compare(a, b)
+
+
+def test_table_lists_every_result():
+    text = record.table(_record())
+    assert "W1 t" in text and text.count("\n") == 3
+
+
+def test_missing_peers_are_skipped():
+    import jax
+    w = WORKLOADS["W8"]
+    data, idx = w.arrays("quick")
+    fns = systems.build(w, data, idx, jax.devices()[0],
+                        {"onnxruntime": False, "openvino": False, "torch": False}, None)
+    assert set(fns) == {"xgather", "xgather[promise]", "lax", "numpy"}
+
+
+@pytest.mark.parametrize("key", sorted(WORKLOADS))
+def test_every_system_computes_the_same_result(key):
+    """The peers and the hand-written lax.gather agree with xgather on each workload."""
+    import jax
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), None)
+    want = np.asarray(fns.pop("numpy")())
+    for name, fn in fns.items():
+        out = fn()
+        if name.startswith("onnxruntime"):
+            out = out[0]
+        elif name.startswith("openvino"):
+            out = next(iter(out.values()))
+        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+def test_quick_run_end_to_end(tmp_path):
+    out = tmp_path / "run.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeats", "3",
+                           "--json", str(out)], capture_output=True, text=True, env=env,
+                          check=True, timeout=600)
+    rec = record.load(out)
+    assert {r["workload"] for r in rec["results"]} == set(WORKLOADS)
+    assert {"xgather", "xgather[promise]", "lax", "numpy"} <= {r["system"] for r in
+                                                               rec["results"]}
+    assert all(len(r["samples_s"]) == 3 and r["median_s"] > 0 for r in rec["results"])
+    assert "W10 GatherElements" in proc.stdout
+    for name, ok in systems.available().items():
+        assert (f"skipping {name}" in proc.stderr) != ok
+    cmp = subprocess.run([sys.executable, "-m", "bench", "compare", str(out), str(out)],
+                         capture_output=True, text=True, check=True)
+    ratios = [ln.split()[-1] for ln in cmp.stdout.splitlines()[2:]]
+    assert ratios == ["1.00"] * len(rec["results"])
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "r.png"
+    subprocess.run([sys.executable, "-m", "bench", "plot", str(out), "--out", str(png)],
+                   check=True, capture_output=True)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.loads(out.read_text())
