@@ -1,6 +1,7 @@
 """xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
 
 from xgather import bnns, labview, onnx, openvino
+from xgather._alloc import keep_large_allocations
 from xgather._apply import checked, explain
 from xgather._errors import OutOfBoundsError, XGatherError, XGatherTypeError
 from xgather._modes import MODES, default_mode, set_default_mode
@@ -17,6 +18,7 @@ __all__ = [
     "checked",
     "default_mode",
     "explain",
+    "keep_large_allocations",
     "bnns",
     "labview",
     "onnx",
