@@ -83,8 +83,14 @@ def needs_host(data) -> bool:
     if dtype is None:
         return False
     dtype = np.dtype(dtype)
-    if dtype.kind in "USOV":
+    if dtype.kind in "USO":
         return True
+    if dtype.kind == "V":  # ml_dtypes (bfloat16, float8) are JAX types; other records are not
+        try:
+            jnp.zeros((), dtype)
+        except TypeError:
+            return True
+        return False
     return dtype.name in _WIDE and not x64()
 
 
@@ -115,6 +121,6 @@ def host_gather(op: str, data: np.ndarray, run_positions, fill_value):
         np.empty(positions.shape, data.dtype)
     if (positions < 0).any():
         if fill_value is None:
-            fill_value = "" if data.dtype.kind in "US" else 0
+            fill_value = "" if data.dtype.kind in "USO" else 0  # "" is a string tensor's zero
         out = np.where(positions < 0, np.asarray(fill_value, dtype=data.dtype), out)
     return out.astype(data.dtype, copy=False)

@@ -1,0 +1,176 @@
+"""Every ONNX data type, bit for bit, through every op; x64 off here and on in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+import xgather
+from tests import reference as ref
+
+X64 = bool(jax.config.jax_enable_x64)
+WIDE = {"int64", "uint64", "float64", "complex128"}
+
+
+def special_values(dtype, n: int) -> np.ndarray:
+    """``n`` values of ``dtype`` with the corner cases its kind has."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(0)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, n).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        base = [info.min, info.max, 0, 1]
+        if dtype.itemsize == 8:
+            base += [2**53 + 1, (2**63 - 25) if dtype.kind == "i" else 2**64 - 3]
+        vals = np.array(base + list(rng.integers(info.min // 2, info.max // 2, n)), dtype)
+        return vals[:n]
+    if dtype.kind in "USO":
+        words = ["", "a", "ünïcödé", "数据", "🙂 emoji", "x" * 37, "gather", "\u00e9\u0301"]
+        return np.array([words[i % len(words)] + str(i) * (i % 3) for i in range(n)],
+                        dtype=object if dtype.kind == "O" else str)
+    if dtype.kind == "c":
+        re_ = special_values(np.float64 if dtype.itemsize == 16 else np.float32, n)
+        im = special_values(np.float64 if dtype.itemsize == 16 else np.float32, n)[::-1]
+        out = np.empty(n, dtype)
+        out.real, out.imag = re_, im
+        return out
+    # floats (numpy and ml_dtypes): NaN with payloads, signed zeros, infinities, subnormals
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    finfo = ml_dtypes.finfo(dtype)
+    vals = [np.nan, -0.0, 0.0, np.inf, -np.inf, float(finfo.smallest_subnormal),
+            -float(finfo.smallest_subnormal), float(finfo.max), 1.5]
+    out = np.array(vals + list(rng.standard_normal(n)), np.float64).astype(dtype)[:n]
+    bits = out.view(uint)
+    # a NaN with a payload: exponent all ones, a mantissa bit other than the quiet bit
+    nbits = dtype.itemsize * 8
+    mant = {16: 10 if dtype == np.float16 else 7, 32: 23, 64: 52}[nbits]
+    exp_ones = ((1 << (nbits - 1 - mant)) - 1) << mant
+    bits[min(9, n - 1)] = uint(exp_ones | 0b101)
+    bits[min(10, n - 1)] = uint((1 << (nbits - 1)) | exp_ones | (1 << (mant - 1)) | 3)
+    return bits.view(dtype)
+
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", ml_dtypes.bfloat16, "float32", "float64", "complex64", "complex128", "str",
+          "object"]
+
+
+def same_bits(got, want):
+    got = got if isinstance(got, np.ndarray) else np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape)
+    if want.dtype.kind in "USOb":
+        assert got.tolist() == want.tolist()
+        return
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.uint64}[
+        want.dtype.itemsize]
+    np.testing.assert_array_equal(np.ascontiguousarray(got).view(uint),
+                                  np.ascontiguousarray(want).view(uint))
+
+
+I3 = np.array([[2, -1, 0], [1, 1, -3]])          # Gather / GatherElements, axis size 3
+ND = np.array([[[1, -1]], [[0, 2]]])              # GatherND tuples into (3, 4)
+POS = np.array([[2, 0, 1], [1, 1, 0]])            # BNNS: non-negative only
+E3 = np.array([[2, -1, 0], [1, 1, -3], [0, 2, 1]])  # OpenVINO GatherElements on (3, 3)
+
+OPS = {
+    "onnx.gather": (lambda d: xgather.onnx.gather(d, I3, 0), lambda d: ref.gather(d, I3, 0)),
+    "onnx.gather_nd": (lambda d: xgather.onnx.gather_nd(d, ND), lambda d: ref.gather_nd(d, ND)),
+    "onnx.gather_elements": (lambda d: xgather.onnx.gather_elements(d, I3[:, :2], 1),
+                             lambda d: ref.gather_elements(d, I3[:, :2], 1)),
+    "openvino.gather8": (lambda d: xgather.openvino.gather(d, np.array([[0, 5, -4]]), 1),
+                         lambda d: ref.gather(d, np.array([[0, 5, -4]]), 1, oob="fill",
+                                              fill=np.zeros((), d.dtype)[()])),
+    "openvino.gather_nd": (lambda d: xgather.openvino.gather_nd(d, ND, version=5),
+                           lambda d: ref.gather_nd(d, ND)),
+    "openvino.gather_elements": (lambda d: xgather.openvino.gather_elements(d, E3, 0),
+                                 lambda d: ref.gather_elements(d, E3, 0)),
+    "bnns.gather_nd": (lambda d: xgather.bnns.gather_nd(d, np.abs(ND).astype(np.int32)),
+                       lambda d: ref.gather_nd(d, np.abs(ND), negative=False)),
+    "bnns.gather": (lambda d: xgather.bnns.gather(d, POS, 0),
+                    lambda d: ref.gather(d, POS, 0, negative=False)),
+    "bnns.gather_along_axis": (lambda d: xgather.bnns.gather_along_axis(d, POS[:, [0, 1, 2, 0]], 0),
+                               lambda d: ref.gather_elements(d, POS[:, [0, 1, 2, 0]], 0,
+                                                             negative=False)),
+    "labview.gather": (lambda d: xgather.labview.gather(d, I3, 0), lambda d: ref.gather(d, I3, 0)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name if d != "object"
+                         else "object")
+def test_table(dtype, op):
+    dtype = np.dtype(dtype)
+    data = special_values(dtype, 12).reshape(3, 4)
+    got_fn, want_fn = OPS[op]
+    if op == "openvino.gather_elements":
+        data = special_values(dtype, 9).reshape(3, 3)
+    want = want_fn(data)
+    if op == "openvino.gather8" and dtype.kind in "USO":
+        want = ref.gather(data, np.array([[0, 5, -4]]), 1, oob="fill", fill="")
+    got = got_fn(data)
+    same_bits(got, want)
+    host = dtype.kind in "USO" or (dtype.name in WIDE and not X64)
+    assert isinstance(got, np.ndarray) == host, type(got)
+
+
+def test_strings_follow_the_same_semantics():
+    words = np.array(["α", "bb", "ççç", "dddd"], dtype=object)
+    assert xgather.onnx.gather(words, [-1, 0]).tolist() == ["dddd", "α"]
+    assert xgather.onnx.gather(words, [9], mode="fill", fill_value="∅").tolist() == ["∅"]
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 9 at indices\[1\]"):
+        xgather.onnx.gather(words, [0, 9])
+    grid = np.array([["a", "b"], ["c", "d"]])
+    assert xgather.onnx.gather_nd(grid, [[[1]], [[0]]], batch_dims=1).tolist() == [["b"], ["c"]]
+    with pytest.raises(TypeError, match="host path, which cannot run under a JAX transformation"):
+        jax.jit(lambda i: xgather.onnx.gather(words, i))(np.array([0]))
+
+
+@pytest.mark.skipif(X64, reason="checks the x64-off behaviour")
+def test_wide_values_without_x64_stay_exact():
+    big = np.array([2**53 + 1, 2**62 + 3, -(2**63)], np.int64)
+    out = xgather.onnx.gather(big, [2, 0, -2])
+    assert out.dtype == np.int64 and out.tolist() == [-(2**63), 2**53 + 1, 2**62 + 3]
+    u = np.array([2**64 - 1, 2**63], np.uint64)
+    assert xgather.onnx.gather_elements(u, [1, -2]).tolist() == [2**63, 2**64 - 1]
+    with pytest.raises(xgather.XGatherError, match=r"index values must fit int32 while "
+                                                    r"jax_enable_x64 is off .*; got index value "
+                                                    r"4294967296"):
+        xgather.onnx.gather(np.zeros(3, np.float32), np.array([2**32], np.int64))
+
+
+def test_index_types_per_spec():
+    data = np.arange(5, dtype=np.float32)
+    for itype in ("int8", "int16", "uint8", "uint16", "uint32", "uint64"):
+        with pytest.raises(xgather.XGatherTypeError, match=rf"onnx\.Gather-13: indices must be "
+                                                           rf"int32 or int64; got {itype}"):
+            xgather.onnx.gather(data, np.array([1], itype))
+        same_bits(xgather.openvino.gather(data, np.array([1, 4], itype), 0), data[[1, 4]])
+
+
+def test_no_silent_promotion():
+    for dtype in (np.bool_, np.float16, ml_dtypes.bfloat16, np.int8):
+        data = np.zeros(4, dtype)
+        assert np.asarray(xgather.onnx.gather(data, [1])).dtype == np.dtype(dtype)
+    assert xgather.onnx.gather([1, 2, 3], [0]).dtype == (np.int64 if X64 else np.int32)
+    assert xgather.onnx.gather([1.5, 2.0], [0]).dtype == (np.float64 if X64 else np.float32)
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(X64, reason="already the x64 run")
+def test_table_with_x64_on():
+    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts=", __file__, "-k", "not x64_on"],
+                          capture_output=True, text=True, env=env, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
