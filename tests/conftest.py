@@ -17,3 +17,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+# tests/multidevice needs 8 devices: tests/test_sharded.py runs it in its own process.
+collect_ignore = ["multidevice"]

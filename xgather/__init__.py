@@ -1,6 +1,6 @@
 """xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
 
-from xgather import bnns, labview, onnx, openvino
+from xgather import bnns, labview, onnx, openvino, sharded
 from xgather._alloc import keep_large_allocations
 from xgather._apply import checked, explain
 from xgather._errors import OutOfBoundsError, XGatherError, XGatherTypeError
@@ -24,4 +24,5 @@ __all__ = [
     "onnx",
     "openvino",
     "set_default_mode",
+    "sharded",
 ]

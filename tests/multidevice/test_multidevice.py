@@ -1,0 +1,165 @@
+"""Run only on 8 devices (tests/test_sharded.py starts it with 8 fake CPU devices)."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import xgather
+from tests import reference as ref
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices")
+RNG = np.random.default_rng(0)
+
+
+def mesh1(kind=AxisType.Auto):
+    return jax.make_mesh((8,), ("x",), axis_types=(kind,))
+
+
+def mesh2():
+    return jax.make_mesh((4, 2), ("rows", "batch"), axis_types=(AxisType.Auto,) * 2)
+
+
+def put(x, mesh, spec):
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+def collectives(hlo: str) -> list[tuple[str, str]]:
+    """(kind, result shape) of every collective in a compiled HLO module."""
+    pat = r"= (\w+\[[\d,]*\])\S* (all-gather|all-reduce|reduce-scatter|all-to-all|" \
+          r"collective-permute)(?:-start)?\("
+    return [(k, s) for s, k in re.findall(pat, hlo)]
+
+
+# -- the plain ops under jit with sharded inputs -----------------------------------------------
+
+OPS = [
+    ("onnx.gather-axis0", lambda d, i: xgather.onnx.gather(d, i, 0),
+     lambda d, i: ref.gather(d, i, 0), (64, 16), lambda: RNG.integers(-64, 64, (16,))),
+    ("onnx.gather-axis1", lambda d, i: xgather.onnx.gather(d, i, 1),
+     lambda d, i: ref.gather(d, i, 1), (64, 16), lambda: RNG.integers(-16, 16, (16,))),
+    ("onnx.gather_nd", lambda d, i: xgather.onnx.gather_nd(d, i),
+     lambda d, i: ref.gather_nd(d, i), (64, 16),
+     lambda: np.stack([RNG.integers(0, 64, 16), RNG.integers(0, 16, 16)], -1)),
+    ("onnx.gather_nd-b1", lambda d, i: xgather.onnx.gather_nd(d, i, 1),
+     lambda d, i: ref.gather_nd(d, i, 1), (16, 8, 4), lambda: RNG.integers(0, 8, (16, 3, 1))),
+    ("onnx.gather_elements", lambda d, i: xgather.onnx.gather_elements(d, i, 1),
+     lambda d, i: ref.gather_elements(d, i, 1), (16, 8), lambda: RNG.integers(-8, 8, (16, 5))),
+    ("openvino.gather-b1", lambda d, i: xgather.openvino.gather(d, i, 1, 1),
+     lambda d, i: ref.gather(d, i, 1, 1, oob="fill"), (16, 8, 4),
+     lambda: RNG.integers(-9, 9, (16, 5))),
+    ("openvino.gather_nd5", lambda d, i: xgather.openvino.gather_nd(d, i, 1, version=5),
+     lambda d, i: ref.gather_nd(d, i, 1), (16, 8, 4), lambda: RNG.integers(0, 8, (16, 3, 1))),
+    ("openvino.gather_elements", lambda d, i: xgather.openvino.gather_elements(d, i, 0),
+     lambda d, i: ref.gather_elements(d, i, 0), (16, 8), lambda: RNG.integers(0, 16, (8, 8))),
+    ("bnns.gather_nd", lambda d, i: xgather.bnns.gather_nd(d, i), lambda d, i: ref.gather_nd(
+        d, i, negative=False), (64, 16), lambda: RNG.integers(0, 16, (16, 1))),
+    ("labview.gather", lambda d, i: xgather.labview.gather(d, i, 0),
+     lambda d, i: ref.gather(d, i, 0), (64, 16), lambda: RNG.integers(-64, 64, (16, 2))),
+]
+
+
+@pytest.mark.parametrize("name, op, gref, dshape, make_idx", OPS, ids=[o[0] for o in OPS])
+@pytest.mark.parametrize("dspec", [P("x"), P(None, "x"), P()], ids=["rows", "cols", "repl"])
+def test_plain_ops_accept_sharded_inputs(name, op, gref, dshape, make_idx, dspec):
+    mesh = mesh1()
+    data = RNG.standard_normal(dshape).astype(np.float32)
+    idx = make_idx().astype(np.int32)
+    if name == "openvino.gather_elements":
+        idx = idx[:, :dshape[1]]
+    want = gref(data, idx)
+    d = put(data, mesh, dspec)
+    i = put(idx, mesh, P("x") if idx.shape[0] % 8 == 0 else P())
+    f = xgather.checked(jax.jit(op, in_shardings=(d.sharding, i.sharding),
+                                out_shardings=NamedSharding(mesh, P())))
+    np.testing.assert_array_equal(np.asarray(f(d, i)), want)
+
+
+# -- the row-sharded lookup --------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+@pytest.mark.parametrize("batch", [None, "x"])
+def test_sharded_lookup_is_exact(kind, batch):
+    mesh = mesh1(kind)
+    data = RNG.standard_normal((64, 12)).astype(np.float32)
+    idx = RNG.integers(-64, 64, (32, 3)).astype(np.int32)
+    out = xgather.sharded.gather(put(data, mesh, P("x")), idx, mesh, "x", batch)
+    np.testing.assert_array_equal(np.asarray(out), ref.gather(data, idx, 0))
+    spec = tuple(out.sharding.spec)
+    assert spec[:1] == (batch,) if batch else all(a is None for a in spec)
+
+
+def test_sharded_lookup_on_a_2d_mesh_and_modes():
+    mesh = mesh2()
+    data = RNG.standard_normal((64, 4, 3)).astype(np.float32)
+    idx = np.array([0, 63, -64, -1, 70, -70, 5, 5], np.int32)
+    for mode in ("clip", "fill"):
+        out = xgather.sharded.gather(data, idx, mesh, "rows", "batch", mode=mode, fill_value=7.0)
+        np.testing.assert_array_equal(np.asarray(out), ref.gather(data, idx, 0, oob=mode, fill=7.0))
+
+
+def test_sharded_bound_errors_report_the_global_index():
+    mesh = mesh1()
+    data = put(np.zeros((64, 2), np.float32), mesh, P("x"))
+    idx = np.zeros(16, np.int32)
+    idx[13] = 64
+    with pytest.raises(xgather.OutOfBoundsError,
+                       match=r"^sharded\.Gather: index 64 at indices\[13\] is out of range "
+                             r"\[-64, 63\] for data axis 0 of size 64"):
+        xgather.sharded.gather(data, idx, mesh, "x", "x")
+    f = xgather.checked(jax.jit(lambda d, i: xgather.sharded.gather(d, i, mesh, "x", "x")))
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 64 at indices\[13\]"):
+        f(data, put(idx, mesh, P("x")))
+
+
+def test_no_device_holds_the_table():
+    mesh = mesh1()
+    data = put(np.zeros((1024, 64), np.float32), mesh, P("x"))
+    idx = put(np.zeros(256, np.int32), mesh, P("x"))
+    f = jax.jit(lambda d, i: xgather.sharded.gather(d, i, mesh, "x", "x", mode="clip"))
+    hlo = f.lower(data, idx).compile().as_text()
+    kinds = collectives(hlo)
+    assert ("all-gather", "s32[256]") in kinds  # the indices, not the table
+    assert not any(k == "all-gather" and s.startswith("f32") for k, s in kinds), kinds
+    assert ("reduce-scatter", "f32[32,64]") in kinds
+    # The gradient's scatter-add stays sharded: no all-gather of the table either.
+    g = jax.jit(jax.grad(lambda d, i: (xgather.sharded.gather(d, i, mesh, "x", "x",
+                                                                mode="clip") ** 2).sum()))
+    gk = collectives(g.lower(data, idx).compile().as_text())
+    assert not any(k == "all-gather" and s.startswith("f32[1024") for k, s in gk), gk
+
+
+def test_gradient_through_the_sharded_path():
+    mesh = mesh1()
+    data = RNG.standard_normal((64, 5)).astype(np.float32)
+    idx = RNG.integers(-64, 64, (24,)).astype(np.int32)
+    idx[:4] = 3  # duplicates accumulate
+    cot = RNG.standard_normal((24, 5)).astype(np.float32)
+    d = put(data, mesh, P("x"))
+
+    def f(x):
+        return (xgather.sharded.gather(x, idx, mesh, "x", "x") * cot).sum()
+
+    g = jax.jit(jax.grad(f))(d)
+    np.testing.assert_allclose(np.asarray(g), ref.vjp_data(ref.gather, data.shape, cot, idx),
+                               rtol=1e-6)
+    assert g.sharding.spec[:1] == ("x",)
+
+
+def test_sharded_bad_inputs():
+    mesh = mesh1()
+    with pytest.raises(xgather.XGatherError, match=r"data\.shape\[0\] must be a multiple of the "
+                                                    r"8 devices on mesh axis 'x'; got \(60,\)"):
+        xgather.sharded.gather(np.zeros((60, 2)), [0], mesh, "x")
+    with pytest.raises(xgather.XGatherError, match=r"rows must name an axis of the mesh"):
+        xgather.sharded.gather(np.zeros((64, 2)), [0], mesh, "y")
+    with pytest.raises(xgather.XGatherTypeError, match=r"indices must be int32 or int64"):
+        xgather.sharded.gather(np.zeros((64, 2)), np.zeros(8, np.float32), mesh, "x")
+
+

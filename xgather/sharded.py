@@ -1,0 +1,129 @@
+"""Gather from a table sharded along its rows, without assembling the table anywhere.
+
+:func:`gather` is ONNX ``Gather-13`` along axis 0 (an embedding lookup) for a
+``data`` whose rows are spread over a mesh axis. Every device gathers the
+rows it owns (a masked local gather) and a collective combines the partial
+results: ``psum`` when the indices are replicated or sharded over another mesh
+axis, ``psum_scatter`` when they are sharded over the same axis as the rows
+(the indices, which are small, are all-gathered first). No device ever holds
+the whole table, and the gradient's scatter-add stays sharded like ``data``.
+
+The bound check, the negative-index wrap and the out-of-range modes run on the
+global indices before the collective step, so an error reports the global
+index and its global position, exactly as the unsharded op does.
+
+The plain ops (``xgather.onnx.gather`` and the rest) also accept sharded
+inputs under ``jax.jit``: XLA's SPMD partitioner then decides the
+communication, which for a row-sharded table may mean gathering it whole.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
+
+from xgather import _apply, _dtypes, _modes, _plan
+from xgather._errors import fail
+from xgather._frontend import shapes
+from xgather._modes import Mode
+
+
+def _gather_plan(data, indices, mesh: Mesh, rows: str, batch: str | None = None, **_):
+    op = "sharded.Gather"
+    sh = shapes(data, indices)
+    _dtypes.check_index_dtype(op, indices, _dtypes.INT32_INDICES, sh)
+    if rows not in mesh.shape:
+        fail(op, f"rows must name an axis of the mesh {dict(mesh.shape)}", repr(rows), sh)
+    if batch is not None and batch not in mesh.shape:
+        fail(op, f"batch must name an axis of the mesh {dict(mesh.shape)} or be None",
+             repr(batch), sh)
+    n = mesh.shape[rows]
+    if not sh["data"] or sh["data"][0] % n:
+        fail(op, f"data.shape[0] must be a multiple of the {n} devices on mesh axis {rows!r}",
+             str(sh["data"][:1]), sh)
+    if batch is not None and (not sh["indices"] or sh["indices"][0] % mesh.shape[batch]):
+        fail(op, f"indices.shape[0] must be a multiple of the {mesh.shape[batch]} devices on "
+             f"mesh axis {batch!r}", str(sh["indices"][:1]), sh)
+    return _plan.take_plan(op, sh["data"], sh["indices"], 0, 0, True)
+
+
+@_apply.planned(_gather_plan)
+def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: str | None = None,
+           *, mode: Mode | None = None, fill_value=None) -> jax.Array:
+    """ONNX Gather-13 along axis 0 of a row-sharded table, with no device holding it all.
+
+    Args:
+      data: array of shape ``(n, d...)``, sharded (or to be sharded) as
+        ``P(rows)`` over ``mesh``; ``n`` a multiple of ``mesh.shape[rows]``.
+      indices: int32/int64 array of shape ``(q...)``, entries in ``[-n, n-1]``.
+      mesh: the device mesh.
+      rows: the mesh axis the rows of ``data`` are spread over.
+      batch: the mesh axis ``indices`` are split over along their first
+        dimension, or None (replicated). It may equal ``rows``.
+      mode, fill_value: as for :func:`xgather.onnx.gather` (default ``"error"``).
+
+    Returns:
+      Array of shape ``(q..., d...)``, sharded as ``P(batch)``.
+    """
+    plan = _gather_plan(data, indices, mesh, rows, batch)
+    mode = _modes.resolve(plan.op, mode)
+    idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices))
+    if mode == "error":
+        if not _dtypes.is_traced(idx):
+            _modes.host_check(plan, idx)
+            mode = "promise_in_bounds"
+        elif not _modes.checks_functionalised():
+            _modes.not_functionalised(plan.op)
+    return _sharded(plan, mesh, rows, batch, mode, fill_value)(data, idx)
+
+
+def _sharded(plan, mesh, rows, batch, mode, fill_value):
+    n_rows = plan.data_shape[0]
+    local_rows = n_rows // mesh.shape[rows]
+    q = len(plan.indices_shape)
+    spec_i = P(batch) if q else P()
+    tail = (None,) * (len(plan.data_shape) - 1)
+
+    def local(d, i):
+        if batch == rows:  # the rows' owners need every index: all-gather the (small) indices
+            i = lax.all_gather(i, rows, axis=0, tiled=True)
+        start = lax.axis_index(rows) * local_rows
+        j = i - start
+        mine = (j >= 0) & (j < local_rows)
+        part = jnp.take(d, jnp.where(mine, j, 0), axis=0, mode="clip")  # in range already
+        part = jnp.where(mine.reshape(mine.shape + (1,) * (d.ndim - 1)), part,
+                         jnp.zeros((), d.dtype))
+        if batch == rows:
+            return lax.psum_scatter(part, rows, scatter_dimension=0, tiled=True)
+        return lax.psum(part, rows)
+
+    body = jax.shard_map(local, mesh=mesh, in_specs=(P(rows, *tail), spec_i),
+                         out_specs=P(batch) if q else P())
+
+    data_sharding = NamedSharding(mesh, P(rows, *tail))
+    idx_sharding = NamedSharding(mesh, spec_i)
+    explicit = any(t == AxisType.Explicit for t in mesh.axis_types)
+
+    def place(x, sharding):
+        if explicit:
+            return jax.sharding.reshard(x, sharding)
+        return lax.with_sharding_constraint(x, sharding)
+
+    def run(data, indices):
+        with jax.named_scope(plan.op):
+            data, indices = place(data, data_sharding), place(indices, idx_sharding)
+            idx = _apply.prepare(plan, mode, indices)  # check (global), wrap negatives
+            if mode == "clip":
+                idx = jnp.clip(idx, 0, n_rows - 1)
+            out = body(data, idx)
+            if mode == "fill":
+                ok = (idx >= 0) & (idx < n_rows)
+                fill = jnp.asarray(0 if fill_value is None else fill_value, out.dtype)
+                out = jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - q)), out, fill)
+            return out
+
+    return jax.jit(run)
