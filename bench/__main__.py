@@ -7,6 +7,7 @@ Usage::
                   [--json run.json]
     xgather-bench compare A.json B.json
     xgather-bench plot RECORD.json --out ratios.png
+    xgather-bench sharded [--devices 8] [--quick]
 """
 
 from __future__ import annotations
@@ -154,6 +155,19 @@ def main(argv=None) -> int:
         p.add_argument("b")
         a = p.parse_args(argv[1:])
         print(rec.compare(rec.load(a.a), rec.load(a.b)))
+        return 0
+    if argv[:1] == ["sharded"]:
+        p = argparse.ArgumentParser(prog="xgather-bench sharded")
+        p.add_argument("--devices", type=int, default=8)
+        p.add_argument("--quick", action="store_true")
+        a = p.parse_args(argv[1:])
+        if "jax" not in sys.modules:  # the device count must be set before JAX starts
+            flags = os.environ.get("XLA_FLAGS", "")
+            os.environ["XLA_FLAGS"] = (
+                f"{flags} --xla_force_host_platform_device_count={a.devices}").strip()
+        from bench import sharded
+        kw = dict(rows=8192, width=64, lookups=2048, repeats=5) if a.quick else {}
+        print(sharded.run(a.devices, **kw))
         return 0
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")

@@ -123,3 +123,22 @@ def test_quick_run_end_to_end(tmp_path):
                    check=True, capture_output=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.loads(out.read_text())
+
+
+def test_collective_bytes_parses_compiled_hlo():
+    from bench.sharded import collective_bytes
+    hlo = ("%ag = s32[256]{0} all-gather(s32[32]{0} %p), dimensions={0}\n"
+           "%rs = f32[32,64]{1,0} reduce-scatter(f32[256,64]{1,0} %x), dimensions={0}\n"
+           "%ar-start = f32[4]{0} all-reduce-start(f32[4]{0} %y)\n")
+    assert collective_bytes(hlo) == {"all-gather": 1024, "reduce-scatter": 8192, "all-reduce": 16}
+
+
+@pytest.mark.slow
+def test_sharded_bench_quick():
+    proc = subprocess.run([sys.executable, "-m", "bench", "sharded", "--quick"],
+                          capture_output=True, text=True, check=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+    lines = {ln.split("  ")[0].strip(): ln for ln in proc.stdout.splitlines()[2:]}
+    assert set(lines) == {"xgather.sharded", "partitioner (xgather.onnx)",
+                          "partitioner (jnp.take)"}
+    assert "reduce-scatter" in lines["xgather.sharded"]

@@ -33,3 +33,10 @@ def test_gradient_example_runs_and_matches_its_comments():
 def test_first_screen_has_the_two_commands():
     head = README.split("\n## ")[0]
     assert ".venv/bin/xgather-bench" in head and "-m pytest" in head
+
+
+def test_many_devices_example_runs():
+    block = next(b for b in BLOCKS if "xgather.sharded.gather" in b)
+    ns: dict = {}
+    exec(compile(block, "README-many-devices", "exec"), ns)
+    assert ns["rows"].shape == (1024, 256)
