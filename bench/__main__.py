@@ -124,7 +124,12 @@ def _run_both(args, argv) -> dict:
     for setting in ("default", "keep"):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "run.json")
-            child = [a for a in argv if not a.startswith("--allocator")]
+            child, skip = [], False
+            for a in argv:  # drop "--allocator X" and "--allocator=X"
+                if skip or a.startswith("--allocator"):
+                    skip = a == "--allocator"
+                    continue
+                child.append(a)
             cmd = [sys.executable, "-m", "bench", *child, "--allocator", setting, "--json", out,
                    "--no-table"]
             subprocess.run(cmd, check=True)

@@ -142,3 +142,14 @@ def test_sharded_bench_quick():
     assert set(lines) == {"xgather.sharded", "partitioner (xgather.onnx)",
                           "partitioner (jnp.take)"}
     assert "reduce-scatter" in lines["xgather.sharded"]
+
+
+@pytest.mark.slow
+def test_allocator_both_runs_each_setting_in_its_own_process(tmp_path):
+    out = tmp_path / "both.json"
+    subprocess.run([sys.executable, "-m", "bench", "--workloads", "W8", "--systems", "lax",
+                    "--repeats", "2", "--allocator", "both", "--json", str(out)],
+                   capture_output=True, text=True, check=True, timeout=600)
+    rec = record.load(out)
+    assert sorted(r["system"] for r in rec["results"]) == ["lax @default", "lax @keep"]
+    assert min(r["ratio_to_best"] for r in rec["results"]) == 1.0

@@ -186,3 +186,19 @@ def test_explain_shows_the_lowering():
     assert hash(plan) == hash(xgather.explain(
         xgather.onnx.gather_nd, np.zeros((2, 3, 4), np.float32), np.zeros((2, 5, 1), np.int64),
         batch_dims=1))
+
+
+def test_explain_shows_which_lowering_is_taken():
+    ex = xgather.explain
+    row = ex(xgather.onnx.gather, np.zeros((4, 5, 6)), np.zeros(3, np.int64), axis=0)
+    inner = ex(xgather.onnx.gather, np.zeros((4, 5, 6)), np.zeros(3, np.int64), axis=2)
+    elems = ex(xgather.onnx.gather_elements, np.zeros((4, 5)), np.zeros((4, 2), np.int64), 1)
+    batched = ex(xgather.openvino.gather, np.zeros((4, 5, 6)), np.zeros((4, 3), np.int64), 1, 1)
+    assert row.lowering == "vmap" and row.index_broadcast == ()
+    assert inner.lowering == "vmap+row_batching" and inner.index_broadcast == (4, 5)
+    assert inner.dimension_numbers.operand_batching_dims == (0, 1)
+    assert "indices broadcast over leading dims (4, 5)" in str(inner)
+    assert elems.lowering == "batching_dims"
+    assert elems.dimension_numbers.operand_batching_dims == (0,)
+    assert batched.lowering == "vmap" and batched.batch_dims == 1
+    assert "lowering: vmap over 1 batch dim(s)" in str(batched)
