@@ -44,6 +44,8 @@ def _versions(peers) -> dict:
 
 
 def run(args) -> dict:
+    # OpenMP pools (torch) sleep when idle rather than spin into the next system's time.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import jax
 
     import xgather._alloc as alloc
@@ -83,7 +85,8 @@ def run(args) -> dict:
             fn()
             first[name] = time.perf_counter() - t0
             fn()
-        reps = {name: stats.calibrate(fn, 0.01 if args.quick else 0.02) for name, fn in fns.items()}
+        ref_system = "lax" if "lax" in fns else next(iter(fns))
+        reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else 0.03)
         samples = stats.interleaved(
             fns, args.repeats, reps,
             on_round=lambda r, key=key, w=w, n=n: _progress(

@@ -65,7 +65,7 @@ def run(n_devices: int, rows: int = 65536, width: int = 256, lookups: int = 1638
         coll = collective_bytes(compiled.as_text())
         info[name] = (peak, coll)
         fns[name] = lambda c=compiled: jax.block_until_ready(c(data, idx))
-    reps = {k: stats.calibrate(f) for k, f in fns.items()}
+    reps = stats.common_reps(fns, "xgather.sharded", 0.05)
     samples = stats.interleaved(fns, repeats, reps)
     for name in systems:
         peak, coll = info[name]

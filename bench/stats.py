@@ -29,18 +29,40 @@ def time_batch(fn: Callable[[], object], reps: int) -> float:
 
 
 def calibrate(fn: Callable[[], object], target_s: float = 0.02, max_reps: int = 1000) -> int:
-    """Calls per sample so that one sample lasts about ``target_s``."""
-    t = time_batch(fn, 1)
+    """Calls per sample so that one sample lasts about ``target_s`` (median of 3 calls)."""
+    t = median([time_batch(fn, 1) for _ in range(3)])
     return max(1, min(max_reps, int(target_s / max(t, 1e-7))))
+
+
+def common_reps(fns: dict[str, Callable[[], object]], reference: str, target_s: float,
+                max_sample_s: float = 0.25) -> dict[str, int]:
+    """The same number of calls per sample for every system, set by ``reference``.
+
+    Calls per sample change what a call costs (the first call after another
+    system ran meets cold caches), so systems are compared at equal counts; only
+    a system slower than ``max_sample_s`` a sample gets fewer.
+    """
+    n = calibrate(fns[reference], target_s)
+    out = {}
+    for name, fn in fns.items():
+        t = median([time_batch(fn, 1) for _ in range(2)])
+        out[name] = max(1, min(n, int(max_sample_s / max(t, 1e-7))))
+    return out
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str, int],
                 on_round=None) -> dict[str, list[float]]:
-    """``rounds`` rounds, each timing every system once, so noise hits them alike."""
+    """``rounds`` rounds, each timing every system once, so noise hits them alike.
+
+    The order rotates from round to round: a system whose thread pool spins on
+    after its call (onnxruntime, OpenMP) slows whoever runs next, and rotation
+    spreads that over every system.
+    """
     samples: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
     for r in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(time_batch(fn, reps[name]))
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(time_batch(fns[name], reps[name]))
         if on_round:
             on_round(r + 1)
     return samples

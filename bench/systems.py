@@ -156,6 +156,8 @@ def ort_runner(w, data, idx, threads: int) -> Runner | None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    # Idle threads sleep instead of spinning (spinning would slow the next system timed).
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     feeds = {"d": data, "i": idx}
     return lambda: sess.run(None, feeds)

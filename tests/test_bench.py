@@ -22,11 +22,18 @@ def test_statistics():
     assert stats.ratios_to_best({"a": 2.0, "b": 1.0, "c": 4.0}) == {"a": 2.0, "b": 1.0, "c": 4.0}
 
 
+def test_common_reps_are_equal_unless_a_system_is_slow():
+    import time
+    fns = {"fast": lambda: None, "also": lambda: None, "slow": lambda: time.sleep(0.02)}
+    reps = stats.common_reps(fns, "fast", target_s=0.001, max_sample_s=0.03)
+    assert reps["fast"] == reps["also"] > 1 and reps["slow"] == 1
+
+
 def test_interleaved_rounds_visit_every_system_each_round():
     order = []
     fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
     samples = stats.interleaved(fns, rounds=3, reps={"a": 1, "b": 2})
-    assert order == ["a", "b", "b"] * 3
+    assert order == ["a", "b", "b", "b", "b", "a", "a", "b", "b"]  # the order rotates
     assert [len(v) for v in samples.values()] == [3, 3]
 
 

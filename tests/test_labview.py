@@ -87,3 +87,12 @@ def test_checked_grad_raises_on_bad_index():
     np.testing.assert_allclose(g(jnp.ones(3), jnp.array([0, 0])), [4.0, 0.0, 0.0])
     with pytest.raises(xgather.OutOfBoundsError, match="index 3 at indices"):
         g(jnp.ones(3), jnp.array([0, 3]))
+
+
+def test_bad_inputs():
+    with pytest.raises(xgather.XGatherTypeError, match=r"^labview\.Gather: indices must be int32 "
+                                                        r"or int64; got float32"):
+        lv.gather(np.zeros(3), np.zeros(2, np.float32))
+    with pytest.raises(xgather.XGatherError, match=r"labview\.Gather\[n\]: axis must be in "
+                                                    r"\[-1, 0\]"):
+        lv.gather(np.zeros(3), [0], axis=1, name="n")

@@ -240,3 +240,43 @@ def test_gather_elements_vs_openvino(data):
 
 def test_spec_path_exists():
     assert SPEC.exists() and re.search(r"Gather-7", SPEC.read_text())
+
+
+def _ov_cases():
+    rng = np.random.default_rng(5)
+    for version in (1, 7, 8):
+        for dshape, ishape, axis, b in [((5,), (3,), 0, 0), ((4, 6), (2, 3), 1, 0),
+                                         ((4, 6), (4, 3), -1, 1), ((4, 6), (4, 3), 1, -1),
+                                         ((2, 3, 5), (2, 3, 4), 2, 2), ((2, 3, 5), (2, 4), 2, 1),
+                                         ((2, 3, 5), (), 1, 0), ((2, 3, 5), (2,), 1, 1)]:
+            if version == 1 and b:
+                continue
+            s = dshape[axis]
+            idx = rng.integers(-s - 2, s + 2, ishape)
+            yield pytest.param(version, rng.standard_normal(dshape).astype(np.float32), idx,
+                               axis, b, id=f"v{version}-{dshape}-{ishape}-axis{axis}-b{b}")
+
+
+@pytest.mark.parametrize("version, data, idx, axis, b", list(_ov_cases()))
+def test_gather_case_table(version, data, idx, axis, b):
+    bb = b + idx.ndim if b < 0 else b
+    check_everywhere(lambda d, i: ov.gather(d, i, axis, b, version=version), data, idx,
+                     lambda d, i: ref.gather(d, i, axis, bb, oob="fill"))
+
+
+@pytest.mark.parametrize("version", [5, 8])
+@pytest.mark.parametrize("b", [0, 1, 2])
+def test_gather_nd_case_table(version, b):
+    rng = np.random.default_rng(b)
+    data = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    k = 4 - b - 1
+    idx = np.stack([rng.integers(-data.shape[b + j], data.shape[b + j], (2, 3)[:b] + (2,))
+                    for j in range(k)], -1)
+    lead = int(np.prod(idx.shape[:b]))
+
+    def want(d, i):
+        out = ref.gather_nd(d, i, b)
+        return out.reshape((lead,) + out.shape[b:]) if version == 5 and b else out
+
+    check_everywhere(lambda d, i: ov.gather_nd(d, i, b, version=version), data, idx, want,
+                     tuples=True)
