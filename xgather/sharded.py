@@ -93,10 +93,11 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
             i = lax.all_gather(i, rows, axis=0, tiled=True)
         start = lax.axis_index(rows) * local_rows
         j = i - start
-        mine = (j >= 0) & (j < local_rows)
-        part = jnp.take(d, jnp.where(mine, j, 0), axis=0, mode="clip")  # in range already
-        part = jnp.where(mine.reshape(mine.shape + (1,) * (d.ndim - 1)), part,
-                         jnp.zeros((), d.dtype))
+        # Rows owned elsewhere become out of range here: "fill" reads 0 for them and
+        # drops their gradient, so the sum over devices is the gather.
+        j = jnp.where((j >= 0) & (j < local_rows), j, local_rows)
+        local_plan = _plan.take_plan(plan.op, d.shape, j.shape, 0, 0, False)
+        part = _apply.gather_prepared(local_plan, "fill", 0, (False, False), d, j)
         if batch == rows:
             return lax.psum_scatter(part, rows, scatter_dimension=0, tiled=True)
         return lax.psum(part, rows)
