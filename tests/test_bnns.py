@@ -69,7 +69,8 @@ def test_bad_inputs():
     with pytest.raises(xgather.XGatherTypeError, match=r"bnns\.GatherND: indices must be int32"):
         bnns.gather_nd(VALUES, np.array([1], np.int16))
     with pytest.raises(xgather.XGatherError,
-                       match=r"bnns\.GatherND: indices\.shape\[-1\] must be in \[1, data\.ndim - batch_dims = 3\]"):
+                       match=r"bnns\.GatherND: indices\.shape\[-1\] must be in "
+                             r"\[1, data\.ndim - batch_dims = 3\]"):
         bnns.gather_nd(VALUES, np.zeros((1, 4), np.int32))
     with pytest.raises(xgather.XGatherError, match=r"bnns\.Gather: batch_dims \(1\) must be <= "
                                                     r"axis \(0\)"):

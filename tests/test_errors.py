@@ -32,7 +32,8 @@ BAD = [
      r"indices\.shape\[-1\] must be in \[1, data\.ndim - batch_dims = 2\]; "
      r"got indices\.shape\[-1\]=3"),
     ("empty-tuple", ND, (D, np.zeros((5, 0), np.int64)), {}, XGatherError,
-     r"indices\.shape\[-1\] must be in \[1, data\.ndim - batch_dims = 3\]; got indices\.shape\[-1\]=0"),
+     r"indices\.shape\[-1\] must be in \[1, data\.ndim - batch_dims = 3\]; "
+     r"got indices\.shape\[-1\]=0"),
     # onnxruntime accepts this (equal products 6 == 6); the spec asks for equal dims.
     ("batch-shape-mismatch", ND, (D, np.zeros((3, 2, 1), np.int64), 2), {}, XGatherError,
      r"the first batch_dims=2 dimensions of data and indices must be equal; "

@@ -35,7 +35,7 @@ class XGatherRep(onnx.backend.base.BackendRep):
     def run(self, inputs, **kwargs):
         env = {init.name: numpy_helper.to_array(init) for init in self.graph.initializer}
         names = [i.name for i in self.graph.input if i.name not in env]
-        env.update(zip(names, inputs))
+        env.update(zip(names, inputs, strict=False))
         for node in self.graph.node:
             fn = _OPS.get(node.op_type)
             if fn is None:

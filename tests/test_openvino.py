@@ -229,7 +229,8 @@ def test_gather_elements_vs_openvino(data):
     r = data.draw(st.integers(1, 4))
     shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=r, max_size=r)))
     axis = data.draw(st.integers(-r, r - 1))
-    ishape = tuple(data.draw(st.integers(1, 5)) if i == axis % r else n for i, n in enumerate(shape))
+    ishape = tuple(data.draw(st.integers(1, 5)) if i == axis % r else n
+                   for i, n in enumerate(shape))
     s = shape[axis]
     g = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1)))
     idx = g.integers(-s, s, ishape).astype(np.int64)

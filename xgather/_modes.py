@@ -55,7 +55,7 @@ def _env_default() -> str | None:
 
 
 _default: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "xgather_default_mode", default=_env_default())
+    "xgather_default_mode", default=_env_default())  # noqa: B039 (a str or None)
 
 
 def set_default_mode(mode: Mode | None) -> None:

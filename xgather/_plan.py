@@ -215,14 +215,15 @@ def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
              f"rank {len(indices_shape)}", shapes)
     if not 0 <= axis < r:
         fail(op, f"axis must be in [0, {r - 1}]", f"axis={axis}", shapes)
-    for i, (n, m) in enumerate(zip(indices_shape, data_shape)):
+    for i, (n, m) in enumerate(zip(indices_shape, data_shape, strict=True)):
         if i == axis:
             continue
         if n > m or (n != m and not smaller_ok):
             rel = "<=" if smaller_ok else "=="
             fail(op, f"indices.shape[{i}] must be {rel} data.shape[{i}] off the gather axis",
                  f"{n} vs {m}", shapes)
-    crop = tuple(m if i == axis else n for i, (n, m) in enumerate(zip(indices_shape, data_shape)))
+    crop = tuple(m if i == axis else n
+                 for i, (n, m) in enumerate(zip(indices_shape, data_shape, strict=True)))
     others = tuple(i for i in range(r) if i != axis)
     dn = lax.GatherDimensionNumbers(
         offset_dims=(), collapsed_slice_dims=(axis,), start_index_map=(axis,),

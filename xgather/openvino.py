@@ -213,7 +213,7 @@ class IRLayer:
         if declared is None:
             return
         if len(declared) != len(got) or any(d is not None and d != g
-                                             for d, g in zip(declared, got)):
+                                             for d, g in zip(declared, got, strict=True)):
             fail(self.op, f"the IR declares {where} dims {list(declared)}", str(list(got)))
 
     def to_xml(self) -> str:

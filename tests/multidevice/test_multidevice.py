@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
