@@ -21,8 +21,11 @@ def cores() -> int:
 
 
 def available() -> dict[str, bool]:
-    return {name: importlib.util.find_spec(name) is not None
-            for name in ("onnxruntime", "openvino", "torch")}
+    """Which peers are installed (onnxruntime's models are built with onnx)."""
+    have = {name: importlib.util.find_spec(name) is not None
+            for name in ("onnx", "onnxruntime", "openvino", "torch")}
+    have["onnxruntime"] &= have.pop("onnx")
+    return have
 
 
 # -- JAX: xgather and the hand-written lax.gather ---------------------------------------------
