@@ -127,9 +127,9 @@ def _run_both(args, argv) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "run.json")
             child, skip = [], False
-            for a in argv:  # drop "--allocator X" and "--allocator=X"
-                if skip or a.startswith("--allocator"):
-                    skip = a == "--allocator"
+            for a in argv:  # drop "--allocator X", "--json X" (and their "=X" forms)
+                if skip or a.startswith(("--allocator", "--json")):
+                    skip = a in ("--allocator", "--json")
                     continue
                 child.append(a)
             cmd = [sys.executable, "-m", "bench", *child, "--allocator", setting, "--json", out,

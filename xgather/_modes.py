@@ -140,14 +140,22 @@ def _valid(plan, indices, xp):
 
 
 def _report_format(plan, ndim: int) -> str:
-    where = ("indices[" + ", ".join(["{}"] * ndim) + "]") if ndim else "indices (a scalar)"
-    lo = "-{}" if plan.negative else "0"
-    return (f"{plan.op}: index {{}} at {where} is out of range [{lo}, {{}}] "
-            f"for data axis {{}} of size {{}} ({{}} out-of-range value(s) in indices)")
+    """The message, with ``{0[k]}`` for the k-th value of the packed report."""
+    slots = iter(range(ndim + 6))
+
+    def slot():
+        return "{0[%d]}" % next(slots)
+
+    value = slot()
+    where = ("indices[" + ", ".join(slot() for _ in range(ndim)) + "]") if ndim \
+        else "indices (a scalar)"
+    lo = f"-{slot()}" if plan.negative else "0"
+    return (f"{plan.op}: index {value} at {where} is out of range [{lo}, {slot()}] "
+            f"for data axis {slot()} of size {slot()} ({slot()} out-of-range value(s) in indices)")
 
 
-def _report_args(plan, indices, xp) -> list:
-    """The values :func:`_report_format` shows, for the first out-of-range index."""
+def _report_args(plan, indices, xp):
+    """The values :func:`_report_format` shows, packed in one array (one program output)."""
     bad = xp.logical_not(_valid(plan, indices, xp)).ravel()
     first = xp.argmax(bad)
     pos = xp.unravel_index(first, indices.shape)
@@ -159,7 +167,7 @@ def _report_args(plan, indices, xp) -> list:
     axis = xp.asarray(axes)[first % axes.size]
     value = indices.ravel()[first] if indices.ndim else indices
     args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, bad.sum()]
-    return [xp.asarray(a, dtype=xp.int64 if xp is np else None) for a in args]
+    return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
 
 
 def check(plan, indices) -> None:
@@ -171,19 +179,21 @@ def check(plan, indices) -> None:
     if indices.size == 0:
         return
     any_bad = jnp.logical_not(jnp.all(_valid(plan, indices, jnp)))
-    shapes = jax.eval_shape(lambda i: tuple(_report_args(plan, i, jnp)), indices)
-    report = jax.lax.cond(any_bad, lambda i: tuple(_report_args(plan, i, jnp)),
-                          lambda i: tuple(jnp.zeros(a.shape, a.dtype) for a in shapes), indices)
-    checkify.check(jnp.logical_not(any_bad), _report_format(plan, indices.ndim), *report)
+    shape = jax.eval_shape(lambda i: _report_args(plan, i, jnp), indices)
+    report = jax.lax.cond(any_bad, lambda i: _report_args(plan, i, jnp),
+                          lambda i: jnp.zeros(shape.shape, shape.dtype), indices)
+    checkify.check(jnp.logical_not(any_bad), _report_format(plan, indices.ndim), report)
 
 
 def host_check(plan, indices) -> None:
     """The same check on concrete indices, raising :class:`OutOfBoundsError` at once."""
     indices = np.asarray(indices)
+    if indices.dtype.itemsize < 4:  # as widen(): room for sizes and counts
+        indices = indices.astype(np.int32)
     if indices.size == 0 or _valid(plan, indices, np).all():
         return
     raise OutOfBoundsError(_report_format(plan, indices.ndim).format(
-        *_report_args(plan, indices, np)))
+        _report_args(plan, indices, np)))
 
 
 def not_functionalised(op: str) -> None:
