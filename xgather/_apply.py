@@ -64,7 +64,7 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, 
     idx = prepare(plan, mode, indices)
     if grad is None:
         return gather_prepared(plan, mode, fill_value, hints, data, idx)
-    return _grad.scaled_gather(plan, mode, fill_value, hints, grad, data, idx)
+    return _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
 
 
 @functools.lru_cache(maxsize=2048)

@@ -16,18 +16,17 @@ import jax
 import jax.numpy as jnp
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4))
-def scaled_gather(plan, mode, fill_value, hints, grad, data, idx):
-    from xgather._apply import gather_prepared
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4, 5))
+def scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
+    """``gather_prepared(plan, ...)(data, idx)`` whose derivative ``grad`` reshapes."""
     return gather_prepared(plan, mode, fill_value, hints, data, idx)
 
 
 @scaled_gather.defjvp
-def _scaled_gather_jvp(plan, mode, fill_value, hints, grad, primals, tangents):
-    from xgather._apply import gather_prepared
+def _scaled_gather_jvp(gather_prepared, plan, mode, fill_value, hints, grad, primals, tangents):
     data, idx = primals
     t_data, _ = tangents
-    out = scaled_gather(plan, mode, fill_value, hints, grad, data, idx)
+    out = scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
     training, coeff = grad
     if not training:
         return out, jnp.zeros_like(out)

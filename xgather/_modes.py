@@ -144,7 +144,7 @@ def _report_format(plan, ndim: int) -> str:
     slots = iter(range(ndim + 6))
 
     def slot():
-        return "{0[%d]}" % next(slots)
+        return f"{{0[{next(slots)}]}}"
 
     value = slot()
     where = ("indices[" + ", ".join(slot() for _ in range(ndim)) + "]") if ndim \

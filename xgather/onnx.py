@@ -20,6 +20,7 @@ import jax
 from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _modes, _plan
+from xgather._errors import fail
 from xgather._frontend import shapes, versioned
 from xgather._modes import Mode
 
@@ -42,7 +43,6 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13, **_)
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     if opset == 11 and batch_dims != 0:
-        from xgather._errors import fail
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
     return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims, True)
 
