@@ -25,6 +25,7 @@ def prepare(plan: Plan, mode: str, indices):
 def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
     """``lax.gather`` on wrapped indices: the one call site, vmapped over batch dims."""
     indices_are_sorted, unique_indices = hints
+    fill = 0 if fill_value is None else fill_value
     if plan.data_crop is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
     if 0 in plan.bounds:
@@ -33,19 +34,18 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
             fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
                  f"index axes {plan.index_axes}",
                  {"data": plan.data_shape, "indices": plan.indices_shape})
-        fill = 0 if fill_value is None else fill_value
         return jnp.full(plan.gather_shape, fill, data.dtype).reshape(plan.out_shape)
     start = idx if plan.index_vector else idx[..., None]
     if mode == "clip":
         unique_indices = False  # clamping can map distinct indices to one position
-    fill = (0 if fill_value is None else fill_value) if mode == "fill" else None
 
     def core(d, i):
         if plan.index_broadcast:
             lead = plan.index_broadcast
             i = jnp.broadcast_to(i[(None,) * len(lead)], lead + i.shape)
         return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes,
-                          mode=_modes.lax_mode(mode), fill_value=fill,
+                          mode=_modes.lax_mode(mode),
+                          fill_value=fill if mode == "fill" else None,
                           indices_are_sorted=indices_are_sorted, unique_indices=unique_indices)
 
     if plan.lowering.startswith("vmap"):
@@ -116,14 +116,25 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
             fill_value if mode == "fill" else None)
     data = _dtypes.check_data(plan.op, data,
                               {"data": plan.data_shape, "indices": plan.indices_shape})
+    mode = check_now_or_later(plan, mode, indices)
+    return compiled(plan, mode, fill_value, hints, grad)(data, indices)
+
+
+def check_now_or_later(plan: Plan, mode: str, indices) -> str:
+    """The mode to trace with, once ``"error"`` has been dealt with.
+
+    Concrete indices (eager calls, constants under jit or grad) are checked on
+    the host now, and the gather then runs as ``"promise_in_bounds"`` (the same
+    gather, checked already). Traced indices keep ``"error"`` (a checkify check),
+    and tracing stops with a clear error where nothing will functionalise it.
+    """
     if mode == "error":
         if not _dtypes.is_traced(indices):
-            # Concrete indices (eager calls, constants under jit or grad): check now.
             _modes.host_check(plan, indices)
-            mode = "promise_in_bounds"  # the same gather, checked already
-        elif not _modes.checks_functionalised():
+            return "promise_in_bounds"
+        if not _modes.checks_functionalised():
             _modes.not_functionalised(plan.op)
-    return compiled(plan, mode, fill_value, hints, grad)(data, indices)
+    return mode
 
 
 def checked(fn, *, static_argnums=(), static_argnames=()):

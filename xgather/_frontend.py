@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xgather import _dtypes
+from xgather import _apply, _dtypes, _modes
 from xgather._errors import fail
 
 
@@ -17,3 +17,10 @@ def versioned(spec: str, name: str, version, supported: tuple[int, ...], what: s
 def shapes(data, indices) -> dict[str, tuple[int, ...]]:
     """The shapes an error message shows."""
     return {"data": _dtypes.shape_of(data), "indices": _dtypes.shape_of(indices)}
+
+
+def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error", **run_kw):
+    """Every frontend's last step: indices checked and converted, mode resolved, plan run."""
+    idx = _dtypes.index_array(plan.op, indices, allowed, shapes(data, indices))
+    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode, spec_default), fill_value,
+                      **run_kw)

@@ -114,12 +114,12 @@ def widen(indices):
     return indices
 
 
-def bounds_array(plan, indices):
-    """``s`` for each index: a scalar, or ``indices``' shape for index tuples."""
+def bounds_array(plan, indices, xp=jnp):
+    """``s`` for each index: a scalar, or ``indices``' shape for index tuples (NumPy or JAX)."""
     if plan.index_vector:
-        s = jnp.asarray(np.asarray(plan.bounds), dtype=indices.dtype)
-        return jnp.broadcast_to(s, indices.shape)
-    return jnp.asarray(plan.bounds[0], dtype=indices.dtype)
+        s = xp.asarray(np.asarray(plan.bounds), dtype=indices.dtype)
+        return xp.broadcast_to(s, indices.shape)
+    return xp.asarray(plan.bounds[0], dtype=indices.dtype)
 
 
 def wrap(plan, indices):
@@ -131,8 +131,7 @@ def wrap(plan, indices):
 
 def _valid(plan, indices, xp):
     """True where an index lies in the spec's range (before any wrap)."""
-    s = plan.bounds[0] if not plan.index_vector else xp.broadcast_to(
-        xp.asarray(np.asarray(plan.bounds), dtype=indices.dtype), indices.shape)
+    s = bounds_array(plan, indices, xp)
     valid = indices < s
     if np.issubdtype(indices.dtype, np.signedinteger):
         valid = valid & (indices >= (-s if plan.negative else 0))
@@ -159,11 +158,9 @@ def _report_args(plan, indices, xp):
     bad = xp.logical_not(_valid(plan, indices, xp)).ravel()
     first = xp.argmax(bad)
     pos = xp.unravel_index(first, indices.shape)
-    sizes = np.broadcast_to(np.asarray(plan.bounds), indices.shape if plan.index_vector
-                            else (1,)).ravel()
     axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
                            else (1,)).ravel()
-    size = xp.asarray(sizes)[first % sizes.size]
+    size = xp.broadcast_to(bounds_array(plan, indices, xp), indices.shape).ravel()[first]
     axis = xp.asarray(axes)[first % axes.size]
     value = indices.ravel()[first] if indices.ndim else indices
     args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, bad.sum()]
@@ -187,9 +184,7 @@ def check(plan, indices) -> None:
 
 def host_check(plan, indices) -> None:
     """The same check on concrete indices, raising :class:`OutOfBoundsError` at once."""
-    indices = np.asarray(indices)
-    if indices.dtype.itemsize < 4:  # as widen(): room for sizes and counts
-        indices = indices.astype(np.int32)
+    indices = widen(np.asarray(indices))  # room for sizes and counts
     if indices.size == 0 or _valid(plan, indices, np).all():
         return
     raise OutOfBoundsError(_report_format(plan, indices.ndim).format(

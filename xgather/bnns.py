@@ -12,8 +12,8 @@ from __future__ import annotations
 import jax
 from jax.typing import ArrayLike
 
-from xgather import _apply, _dtypes, _modes, _plan
-from xgather._frontend import shapes
+from xgather import _apply, _dtypes, _plan
+from xgather._frontend import call, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -47,11 +47,6 @@ def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002
                                smaller_ok=False)
 
 
-def _call(plan, data, indices, mode, fill_value):
-    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
-    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode), fill_value)
-
-
 @_apply.planned(_gather_nd_plan)
 def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int = 0, *,  # noqa: A002
               mode: Mode | None = None, fill_value=None) -> jax.Array:
@@ -73,8 +68,9 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
     >>> xgather.bnns.gather_nd(x, np.array([1, 0], np.int32)[None]).tolist()
     [[20.0, 21.0]]
     """
-    return _call(_gather_nd_plan(input, indices, batch_dimension_count), input, indices, mode,
-                 fill_value)
+    plan = _gather_nd_plan(input, indices, batch_dimension_count)
+    return call(plan, input, indices, INDEX_DTYPES, mode,
+                fill_value)
 
 
 @_apply.planned(_gather_plan)
@@ -90,8 +86,9 @@ def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_coun
     ...                     batch_dimension_count=1).tolist()
     [[3], [4]]
     """
-    return _call(_gather_plan(input, indices, axis, batch_dimension_count), input, indices, mode,
-                 fill_value)
+    plan = _gather_plan(input, indices, axis, batch_dimension_count)
+    return call(plan, input, indices, INDEX_DTYPES, mode,
+                fill_value)
 
 
 @_apply.planned(_gather_along_axis_plan)
@@ -105,4 +102,5 @@ def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noq
     >>> xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1).tolist()
     [[2], [3]]
     """
-    return _call(_gather_along_axis_plan(input, indices, axis), input, indices, mode, fill_value)
+    return call(_gather_along_axis_plan(input, indices, axis), input, indices, INDEX_DTYPES, mode,
+                fill_value)

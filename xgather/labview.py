@@ -19,8 +19,8 @@ from __future__ import annotations
 import jax
 from jax.typing import ArrayLike
 
-from xgather import _apply, _dtypes, _modes, _plan
-from xgather._frontend import shapes
+from xgather import _apply, _dtypes, _plan
+from xgather._frontend import call, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -69,6 +69,5 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
     """
     plan = _gather_plan(data, indices, axis, name=name,
                         specified_outputs_name=specified_outputs_name)
-    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
-    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode), fill_value,
-                      grad=(bool(training), float(lda_coeff)))
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
+                grad=(bool(training), float(lda_coeff)))

@@ -19,9 +19,9 @@ from __future__ import annotations
 import jax
 from jax.typing import ArrayLike
 
-from xgather import _apply, _dtypes, _modes, _plan
+from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import shapes, versioned
+from xgather._frontend import call, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_OPSETS = (1, 11, 13)
@@ -56,10 +56,8 @@ def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13, **_)
 
 
 def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique):
-    plan = planner(data, indices, *attrs, opset=opset)
-    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
-    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode), fill_value,
-                      indices_are_sorted=sorted_, unique_indices=unique)
+    return call(planner(data, indices, *attrs, opset=opset), data, indices, INDEX_DTYPES, mode,
+                fill_value, indices_are_sorted=sorted_, unique_indices=unique)
 
 
 @_apply.planned(_gather_plan)

@@ -35,9 +35,9 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from xgather import _apply, _dtypes, _modes, _plan
+from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import shapes, versioned
+from xgather._frontend import call, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_VERSIONS = (1, 7, 8)
@@ -96,11 +96,6 @@ def _gather_elements_plan(data, indices, axis: int, **_):
     return _plan.elements_plan(op, sh["data"], sh["indices"], ax, True, smaller_ok=False)
 
 
-def _call(plan, data, indices, mode, fill_value, spec_default):
-    idx = _dtypes.index_array(plan.op, indices, INDEX_DTYPES, shapes(data, indices))
-    return _apply.run(plan, data, idx, _modes.resolve(plan.op, mode, spec_default), fill_value)
-
-
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
            mode: Mode | None = None, fill_value=None) -> jax.Array:
@@ -123,7 +118,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
     [[1, 1, 5], [10, 6, 6]]
     """
     plan = _gather_plan(data, indices, axis, batch_dims, version=version)
-    return _call(plan, data, indices, mode, fill_value, "fill")
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, spec_default="fill")
 
 
 @_apply.planned(_gather_nd_plan)
@@ -145,7 +140,7 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
     [1, 3]
     """
     plan = _gather_nd_plan(data, indices, batch_dims, version=version)
-    return _call(plan, data, indices, mode, fill_value, "error")
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value)
 
 
 @_apply.planned(_gather_elements_plan)
@@ -160,7 +155,7 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
     [[1, 1], [4, 3]]
     """
     plan = _gather_elements_plan(data, indices, axis)
-    return _call(plan, data, indices, mode, fill_value, "error")
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value)
 
 
 # -- IR layers ----------------------------------------------------------------------------

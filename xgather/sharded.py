@@ -72,12 +72,7 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
     plan = _gather_plan(data, indices, mesh, rows, batch)
     mode = _modes.resolve(plan.op, mode)
     idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices))
-    if mode == "error":
-        if not _dtypes.is_traced(idx):
-            _modes.host_check(plan, idx)
-            mode = "promise_in_bounds"
-        elif not _modes.checks_functionalised():
-            _modes.not_functionalised(plan.op)
+    mode = _apply.check_now_or_later(plan, mode, idx)
     return _sharded(plan, mesh, rows, batch, mode, fill_value)(data, idx)
 
 
@@ -103,7 +98,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
         return lax.psum(part, rows)
 
     body = jax.shard_map(local, mesh=mesh, in_specs=(P(rows, *tail), spec_i),
-                         out_specs=P(batch) if q else P())
+                         out_specs=spec_i)
 
     data_sharding = NamedSharding(mesh, P(rows, *tail))
     idx_sharding = NamedSharding(mesh, spec_i)
