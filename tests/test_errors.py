@@ -110,3 +110,29 @@ def test_error_classes_are_standard_exceptions():
     assert issubclass(XGatherError, ValueError)
     assert issubclass(XGatherTypeError, TypeError)
     assert issubclass(OutOfBoundsError, IndexError)
+
+
+# Large index arrays take the blocked flag and the branch-guarded report
+# (xgather._modes._EAGER_REPORT); the first bad index and the count must come out
+# the same wherever it lies: in the first block, mid-array, or in the ragged tail.
+@pytest.mark.parametrize("shape", [(32768,), (33000,), (3, 41, 997)])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_large_index_arrays_report_the_first_bad_index(shape, where):
+    rng = np.random.default_rng(7)
+    data = np.arange(10, dtype=np.float32)
+    idx = rng.integers(-10, 10, shape)
+    n = idx.size
+    at = {"first": [0], "middle": [n // 2 + 5, n - 3], "last": [n - 1]}[where]
+    flat = idx.reshape(-1)
+    for k, p in enumerate(at):
+        flat[p] = 10 + k if k % 2 == 0 else -11 - k
+    pos = ", ".join(str(int(q)) for q in np.unravel_index(at[0], shape))
+    pattern = (rf"^onnx\.Gather-13: index {flat[at[0]]} at indices\[{pos}\] is out of range "
+               rf"\[-10, 9\] for data axis 0 of size 10 \({len(at)} out-of-range")
+    f = xgather.checked(jax.jit(lambda d, i: G(d, i, 0)))
+    with pytest.raises(OutOfBoundsError, match=pattern):
+        f(data, idx.astype(np.int32))
+    with pytest.raises(OutOfBoundsError, match=pattern):
+        G(data, idx)  # concrete indices: the host check
+    good = np.where((flat < -10) | (flat >= 10), 3, flat).reshape(shape)
+    np.testing.assert_array_equal(f(data, good.astype(np.int32)), data[good])

@@ -167,18 +167,47 @@ def _report_args(plan, indices, xp):
     return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
 
 
+# Above this many indices the flag is reduced in blocks and the report is computed
+# only when some index is bad; below it both are cheaper than the branch.
+_EAGER_REPORT = 1 << 15
+_BLOCK_ROWS, _BLOCK_LANES = 16, 64
+
+
+def _any(bad):
+    """``bad.any()``, reduced so that XLA:CPU vectorises it (3x faster on 1M indices).
+
+    A whole-array reduction becomes a scalar reduce-window loop; reducing
+    (rows, lanes) blocks over rows first is a vector loop over lanes. The
+    barriers keep XLA from folding the stages back into one reduction.
+    """
+    flat = bad.ravel()
+    block = _BLOCK_ROWS * _BLOCK_LANES
+    n, m = flat.size, flat.size // block * block
+    if n <= _EAGER_REPORT or m == 0:
+        return jnp.any(flat)
+    lanes = jax.lax.optimization_barrier(
+        flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1))
+    lanes = jax.lax.optimization_barrier(lanes.any(axis=0))
+    return lanes.any() | jnp.any(flat[m:]) if m < n else lanes.any()
+
+
 def check(plan, indices) -> None:
     """Emit the checkify check: op, the first bad index as given, its position, the range.
 
-    Only the flag is computed on the fast path; the report (first bad index, its
-    position, the count) is computed under ``lax.cond`` when some index is bad.
+    For large index arrays only the flag is computed on the fast path, and the
+    report (first bad index, its position, the count) under ``lax.cond`` when
+    some index is bad; small ones compute the report on every call, which costs
+    less than the branch.
     """
     if indices.size == 0:
         return
-    any_bad = jnp.logical_not(jnp.all(_valid(plan, indices, jnp)))
-    shape = jax.eval_shape(lambda i: _report_args(plan, i, jnp), indices)
-    report = jax.lax.cond(any_bad, lambda i: _report_args(plan, i, jnp),
-                          lambda i: jnp.zeros(shape.shape, shape.dtype), indices)
+    any_bad = _any(jnp.logical_not(_valid(plan, indices, jnp)))
+    if indices.size <= _EAGER_REPORT:
+        report = _report_args(plan, indices, jnp)
+    else:
+        shape = jax.eval_shape(lambda i: _report_args(plan, i, jnp), indices)
+        report = jax.lax.cond(any_bad, lambda i: _report_args(plan, i, jnp),
+                              lambda i: jnp.zeros(shape.shape, shape.dtype), indices)
     checkify.check(jnp.logical_not(any_bad), _report_format(plan, indices.ndim), report)
 
 
