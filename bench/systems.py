@@ -35,34 +35,36 @@ def _jax_inputs(data, idx, device):
     return jax.device_put(data, device), jax.device_put(idx, device)
 
 
-def _xgather_fn(w, mode):
+def _xgather_fn(w, mode, **kw):
+    """The workload's op; ``kw`` (e.g. ``negative_indices``) passed to it."""
     import jax
 
     import xgather
     if w.op == "onnx.gather":
         def f(d, i):
-            return xgather.onnx.gather(d, i, w.axis, mode=mode)
+            return xgather.onnx.gather(d, i, w.axis, mode=mode, **kw)
     elif w.op == "onnx.gather_nd":
         def f(d, i):
-            return xgather.onnx.gather_nd(d, i, w.batch_dims, mode=mode)
+            return xgather.onnx.gather_nd(d, i, w.batch_dims, mode=mode, **kw)
     elif w.op == "onnx.gather_elements":
         def f(d, i):
-            return xgather.onnx.gather_elements(d, i, w.axis, mode=mode)
+            return xgather.onnx.gather_elements(d, i, w.axis, mode=mode, **kw)
     elif w.op == "openvino.gather7":
         def f(d, i):
-            return xgather.openvino.gather(d, i, w.axis, w.batch_dims, version=7, mode=mode)
+            return xgather.openvino.gather(d, i, w.axis, w.batch_dims, version=7, mode=mode,
+                                           **kw)
     else:  # grad
         def f(d, i):
-            return jax.grad(lambda x: (xgather.onnx.gather(x, i, 0, mode=mode) ** 2).sum())(d)
+            return jax.grad(lambda x: (xgather.onnx.gather(x, i, 0, mode=mode, **kw) ** 2).sum())(d)
     return f
 
 
-def xgather_runner(w, data, idx, device, mode=None) -> Runner:
+def xgather_runner(w, data, idx, device, mode=None, **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted."""
     import jax
 
     import xgather
-    f = jax.jit(_xgather_fn(w, mode))
+    f = jax.jit(_xgather_fn(w, mode, **kw))
     if (mode or "error") == "error" and w.op != "openvino.gather7":
         f = xgather.checked(f)
     d, i = _jax_inputs(data, idx, device)
@@ -235,7 +237,9 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
 
     if want("xgather"):
         out["xgather"] = xgather_runner(w, data, idx, device)
-        out["xgather[promise]"] = xgather_runner(w, data, idx, device, "promise_in_bounds")
+        # indices known valid: in [0, s-1], as the hand-written lax.gather assumes
+        out["xgather[promise]"] = xgather_runner(w, data, idx, device, "promise_in_bounds",
+                                                 negative_indices=False)
     if want("lax"):
         out["lax"] = lax_runner(w, data, idx, device)
     if want("numpy"):

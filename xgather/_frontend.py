@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from xgather import _apply, _dtypes, _modes
 from xgather._errors import fail
 
@@ -17,6 +19,13 @@ def versioned(spec: str, name: str, version, supported: tuple[int, ...], what: s
 def shapes(data, indices) -> dict[str, tuple[int, ...]]:
     """The shapes an error message shows."""
     return {"data": _dtypes.shape_of(data), "indices": _dtypes.shape_of(indices)}
+
+
+def negatives(op: str, negative_indices, sh) -> bool:
+    """The ``negative_indices`` option: True (the spec's rule) or False (``[0, s-1]`` only)."""
+    if not isinstance(negative_indices, bool | np.bool_):
+        fail(op, "negative_indices must be a bool", repr(negative_indices), sh)
+    return bool(negative_indices)
 
 
 def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error", **run_kw):

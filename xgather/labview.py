@@ -20,7 +20,7 @@ import jax
 from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
-from xgather._frontend import call, shapes
+from xgather._frontend import call, negatives, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -37,18 +37,20 @@ def _label(name, specified_outputs_name) -> str:
     return op
 
 
-def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_name=None, **_):
+def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_name=None,
+                 negative_indices=True, **_):
     op = _label(name, specified_outputs_name)
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0, True)
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
+                           negatives(op, negative_indices, sh))
 
 
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool = True,
            lda_coeff: float = 1.0, name: str | None = None, specified_outputs_name=None,
-           mode: Mode | None = None, fill_value=None) -> jax.Array:
+           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> jax.Array:
     """LabVIEW ``Gather``: ONNX Gather-13 forward, a scaled (or no) gradient backward.
 
     Args:
@@ -58,6 +60,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
       training: ``False`` sends a zero gradient to ``data``.
       lda_coeff: multiplies the gradient sent to ``data``.
       name, specified_outputs_name: labels of the node and its output.
+      mode, fill_value, negative_indices: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``data.shape[:axis] + (q...) + data.shape[axis+1:]``.
@@ -68,6 +71,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
     [1.0, 0.0, 0.5]
     """
     plan = _gather_plan(data, indices, axis, name=name,
-                        specified_outputs_name=specified_outputs_name)
+                        specified_outputs_name=specified_outputs_name,
+                        negative_indices=negative_indices)
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
                 grad=(bool(training), float(lda_coeff)))

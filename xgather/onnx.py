@@ -21,7 +21,7 @@ from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import call, shapes, versioned
+from xgather._frontend import call, negatives, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_OPSETS = (1, 11, 13)
@@ -30,40 +30,47 @@ GATHER_ELEMENTS_OPSETS = (11, 13)
 INDEX_DTYPES = _dtypes.INT32_INDICES
 
 
-def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, **_) -> _plan.Plan:
+def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, negative_indices=True,
+                 **_) -> _plan.Plan:
     op = versioned("onnx", "Gather", opset, GATHER_OPSETS, "opset")
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0, True)
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
+                           negatives(op, negative_indices, sh))
 
 
-def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13, **_) -> _plan.Plan:
+def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
+                    negative_indices=True, **_) -> _plan.Plan:
     op = versioned("onnx", "GatherND", opset, GATHER_ND_OPSETS, "opset")
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     if opset == 11 and batch_dims != 0:
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
-    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims, True)
+    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
+                         negatives(op, negative_indices, sh))
 
 
-def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13, **_) -> _plan.Plan:
+def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
+                          negative_indices=True, **_) -> _plan.Plan:
     op = versioned("onnx", "GatherElements", opset, GATHER_ELEMENTS_OPSETS, "opset")
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.elements_plan(op, sh["data"], sh["indices"], ax, True, True)
+    return _plan.elements_plan(op, sh["data"], sh["indices"], ax,
+                               negatives(op, negative_indices, sh), True)
 
 
-def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique):
-    return call(planner(data, indices, *attrs, opset=opset), data, indices, INDEX_DTYPES, mode,
-                fill_value, indices_are_sorted=sorted_, unique_indices=unique)
+def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique, negative):
+    plan = planner(data, indices, *attrs, opset=opset, negative_indices=negative)
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
+                indices_are_sorted=sorted_, unique_indices=unique)
 
 
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
            mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-           unique_indices: bool = False) -> jax.Array:
+           unique_indices: bool = False, negative_indices: bool = True) -> jax.Array:
     """ONNX ``Gather``: slices of ``data`` along ``axis`` picked by ``indices``.
 
     Args:
@@ -77,6 +84,11 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
       fill_value: the value of out-of-range slots with ``mode="fill"`` (0).
       indices_are_sorted, unique_indices: promises about the wrapped positions,
         passed to ``lax.gather`` (and so to the gradient's scatter).
+      negative_indices: ``False`` narrows the valid range to ``[0, s-1]``: no
+        negative-index wrap (a pass over the indices saved), and a negative index
+        is out of range (an error, clamped to 0, or filled, as ``mode`` says).
+        Every op of :mod:`xgather.onnx`, :mod:`xgather.openvino` and
+        :mod:`xgather.labview` takes it (BNNS's range is ``[0, s-1]`` already).
 
     Returns:
       Array of shape ``d[:axis] + (q...) + d[axis+1:]`` with ``data``'s dtype.
@@ -86,13 +98,14 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
     [[[1, 2], [5, 6]]]
     """
     return _call(_gather_plan, data, indices, axis, opset=opset, mode=mode,
-                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices)
+                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
+                 negative=negative_indices)
 
 
 @_apply.planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset: int = 13,
               mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-              unique_indices: bool = False) -> jax.Array:
+              unique_indices: bool = False, negative_indices: bool = True) -> jax.Array:
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
     Args:
@@ -100,6 +113,8 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
       indices: int64 (or int32) array of shape ``(b..., q..., k)``, ``1 <= k <= r - batch_dims``;
         component ``j`` lies in ``[-s_j, s_j - 1]`` with ``s_j = d[j]``.
       batch_dims: ``0 <= batch_dims < min(r, indices.ndim)``; opset 12 and later.
+      mode, fill_value, indices_are_sorted, unique_indices, negative_indices: as
+        for :func:`gather`.
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)`` with ``data``'s dtype.
@@ -109,13 +124,14 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
     [0, 3]
     """
     return _call(_gather_nd_plan, data, indices, batch_dims, opset=opset, mode=mode,
-                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices)
+                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
+                 negative=negative_indices)
 
 
 @_apply.planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
                     mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-                    unique_indices: bool = False) -> jax.Array:
+                    unique_indices: bool = False, negative_indices: bool = True) -> jax.Array:
     """ONNX ``GatherElements``: ``out[i] = data[i_0, ..., indices[i], ..., i_{r-1}]``.
 
     Args:
@@ -123,6 +139,8 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
       indices: int32/int64 array of rank ``r``; off ``axis`` each dimension is at
         most ``data``'s; entries in ``[-s, s-1]`` with ``s = data.shape[axis]``.
       axis: in ``[-r, r-1]``.
+      mode, fill_value, indices_are_sorted, unique_indices, negative_indices: as
+        for :func:`gather`.
 
     Returns:
       Array of ``indices``' shape with ``data``'s dtype.
@@ -132,4 +150,5 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
     [[1, 1], [4, 3]]
     """
     return _call(_gather_elements_plan, data, indices, axis, opset=opset, mode=mode,
-                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices)
+                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
+                 negative=negative_indices)

@@ -37,7 +37,7 @@ from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import call, shapes, versioned
+from xgather._frontend import call, negatives, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_VERSIONS = (1, 7, 8)
@@ -63,7 +63,8 @@ def static_axis(op: str, axis, sh) -> int:
     return int(arr.reshape(()))
 
 
-def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8, **_):
+def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
+                 negative_indices=True, **_):
     op = versioned("openvino", "Gather", version, GATHER_VERSIONS, "version")
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
@@ -78,27 +79,31 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8, 
         fail(op, f"batch_dims must be in [-min(data.ndim, indices.ndim), "
              f"min(data.ndim, indices.ndim)] = [{-lim}, {lim}]", f"batch_dims={batch_dims}", sh)
     b = batch_dims + q if batch_dims < 0 else batch_dims
-    return _plan.take_plan(op, sh["data"], sh["indices"], ax, b, True)
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, b,
+                           negatives(op, negative_indices, sh))
 
 
-def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8, **_):
+def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
+                    negative_indices=True, **_):
     op = versioned("openvino", "GatherND", version, GATHER_ND_VERSIONS, "version")
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
-    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims, True, fold_batch=version == 5)
+    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
+                         negatives(op, negative_indices, sh), fold_batch=version == 5)
 
 
-def _gather_elements_plan(data, indices, axis: int, **_):
+def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **_):
     op = "openvino.GatherElements-6"
     sh = shapes(data, indices)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.elements_plan(op, sh["data"], sh["indices"], ax, True, smaller_ok=False)
+    return _plan.elements_plan(op, sh["data"], sh["indices"], ax,
+                               negatives(op, negative_indices, sh), smaller_ok=False)
 
 
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
-           mode: Mode | None = None, fill_value=None) -> jax.Array:
+           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> jax.Array:
     """OpenVINO ``Gather``: ``data[:axis] + indices[batch_dims:] + data[axis+1:]``.
 
     Args:
@@ -108,6 +113,8 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
       axis: int (or concrete scalar) in ``[-r, r-1]``, ``>= batch_dims`` after normalisation.
       batch_dims: versions 7 and 8; negative values count from ``indices.ndim``.
       version: 1, 7 or 8.
+      negative_indices: ``False``: the range is ``[0, s-1]`` and no wrap is
+        done (see :func:`xgather.onnx.gather`).
 
     Returns:
       Array of shape ``data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]``.
@@ -117,13 +124,15 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
     ...                         [[0, 0, 4], [4, 0, 0]], axis=1, batch_dims=1).tolist()
     [[1, 1, 5], [10, 6, 6]]
     """
-    plan = _gather_plan(data, indices, axis, batch_dims, version=version)
+    plan = _gather_plan(data, indices, axis, batch_dims, version=version,
+                        negative_indices=negative_indices)
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, spec_default="fill")
 
 
 @_apply.planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, version: int = 8,
-              mode: Mode | None = None, fill_value=None) -> jax.Array:
+              mode: Mode | None = None, fill_value=None,
+              negative_indices: bool = True) -> jax.Array:
     """OpenVINO ``GatherND``: slices of ``data`` addressed by index tuples.
 
     Args:
@@ -131,6 +140,7 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
       indices: integer array of shape ``(b..., q..., k)``, ``k <= data.ndim - batch_dims``.
       batch_dims: ``0 <= batch_dims < min(data.ndim, indices.ndim)``.
       version: 5 (the output's batch dims folded into one) or 8 (kept).
+      negative_indices: as for :func:`gather`.
 
     Returns:
       Version 8: ``(b..., q..., d[k:]...)``; version 5: ``(prod(b), q..., d[k:]...)``.
@@ -139,22 +149,25 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
     >>> xgather.openvino.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 0]]).tolist()
     [1, 3]
     """
-    plan = _gather_nd_plan(data, indices, batch_dims, version=version)
+    plan = _gather_nd_plan(data, indices, batch_dims, version=version,
+                           negative_indices=negative_indices)
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value)
 
 
 @_apply.planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
-                    mode: Mode | None = None, fill_value=None) -> jax.Array:
+                    mode: Mode | None = None, fill_value=None,
+                    negative_indices: bool = True) -> jax.Array:
     """OpenVINO ``GatherElements-6``: ``out[i] = data[i_0, .., indices[i], .., i_{r-1}]``.
 
     ``indices`` has ``data``'s shape except on ``axis``; the output has ``indices``' shape.
+    ``negative_indices``: as for :func:`gather`.
 
     >>> import xgather
     >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
     [[1, 1], [4, 3]]
     """
-    plan = _gather_elements_plan(data, indices, axis)
+    plan = _gather_elements_plan(data, indices, axis, negative_indices=negative_indices)
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value)
 
 
