@@ -18,6 +18,10 @@ index an error, that is ``"error"`` unless a process-wide default was set with
 the ``XGATHER_MODE`` environment variable, :func:`set_default_mode` or the
 :func:`default_mode` context manager. Specs that define the result of an
 out-of-range index (OpenVINO Gather: zeros) keep their rule.
+
+"The spec's range" is ``[-s, s-1]`` where negative indices count from the end
+(``plan.negative``), else ``[0, s-1]``; ``negative_indices=False`` on an op
+chooses the second, which also skips the wrap.
 """
 
 from __future__ import annotations
