@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -54,14 +55,19 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[st
                 on_round=None) -> dict[str, list[float]]:
     """``rounds`` rounds, each timing every system once, so noise hits them alike.
 
-    The order rotates from round to round: a system whose thread pool spins on
-    after its call (onnxruntime, OpenMP) slows whoever runs next, and rotation
-    spreads that over every system.
+    The order is shuffled from round to round (seeded, so runs repeat): a system
+    whose thread pool spins on after its call (onnxruntime, OpenMP) slows whoever
+    runs next, and one that reads the same buffers leaves them in cache for
+    whoever runs next; a fresh order spreads both over every system. A mere
+    rotation would keep each system's predecessor the same.
     """
     samples: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
+    rng = random.Random(0)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
             samples[name].append(time_batch(fns[name], reps[name]))
         if on_round:
             on_round(r + 1)

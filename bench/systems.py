@@ -30,7 +30,11 @@ def available() -> dict[str, bool]:
 
 # -- JAX: xgather and the hand-written lax.gather ---------------------------------------------
 
-def _jax_inputs(data, idx, device):
+def jax_inputs(data, idx, device):
+    """The arrays every JAX system reads: placed once, so all read the same buffers.
+
+    Without x64 the int64 indices become int32 here, as they would for a user.
+    """
     import jax
     return jax.device_put(data, device), jax.device_put(idx, device)
 
@@ -59,15 +63,17 @@ def _xgather_fn(w, mode, **kw):
     return f
 
 
-def xgather_runner(w, data, idx, device, mode=None, **kw) -> Runner:
-    """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted."""
+def xgather_runner(w, d, i, mode=None, **kw) -> Runner:
+    """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
+
+    ``d``, ``i``: device arrays from :func:`jax_inputs`.
+    """
     import jax
 
     import xgather
     f = jax.jit(_xgather_fn(w, mode, **kw))
     if (mode or "error") == "error" and w.op != "openvino.gather7":
         f = xgather.checked(f)
-    d, i = _jax_inputs(data, idx, device)
     return lambda: jax.block_until_ready(f(d, i))
 
 
@@ -114,10 +120,10 @@ def lax_fn(w):
     return f
 
 
-def lax_runner(w, data, idx, device) -> Runner:
+def lax_runner(w, d, i) -> Runner:
+    """The hand-written ``lax.gather`` on the same device arrays as xgather."""
     import jax
     f = jax.jit(lax_fn(w))
-    d, i = _jax_inputs(data, idx.astype(np.int32), device)
     return lambda: jax.block_until_ready(f(d, i))
 
 
@@ -235,13 +241,15 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
     def want(name):
         return systems is None or name.split(" ")[0] in systems or name in systems
 
+    if want("xgather") or want("lax"):
+        d, i = jax_inputs(data, idx, device)
     if want("xgather"):
-        out["xgather"] = xgather_runner(w, data, idx, device)
+        out["xgather"] = xgather_runner(w, d, i)
         # indices known valid: in [0, s-1], as the hand-written lax.gather assumes
-        out["xgather[promise]"] = xgather_runner(w, data, idx, device, "promise_in_bounds",
+        out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds",
                                                  negative_indices=False)
     if want("lax"):
-        out["lax"] = lax_runner(w, data, idx, device)
+        out["lax"] = lax_runner(w, d, i)
     if want("numpy"):
         out["numpy"] = numpy_runner(w, data, idx)
     for name, make in (("onnxruntime", ort_runner), ("openvino", openvino_runner),

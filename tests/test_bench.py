@@ -31,10 +31,20 @@ def test_common_reps_are_equal_unless_a_system_is_slow():
 
 def test_interleaved_rounds_visit_every_system_each_round():
     order = []
-    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
-    samples = stats.interleaved(fns, rounds=3, reps={"a": 1, "b": 2})
-    assert order == ["a", "b", "b", "b", "b", "a", "a", "b", "b"]  # the order rotates
-    assert [len(v) for v in samples.values()] == [3, 3]
+    fns = {k: (lambda k=k: order.append(k)) for k in "abcd"}
+    samples = stats.interleaved(fns, rounds=12, reps=dict(a=1, b=2, c=1, d=1))
+    rounds, pos = [], 0
+    for _ in range(12):  # split the call log into rounds: b runs twice a sample
+        n = 5
+        rounds.append(order[pos:pos + n])
+        pos += n
+    assert pos == len(order)
+    for r in rounds:
+        assert sorted(set(r)) == list("abcd") and r.count("b") == 2
+    firsts = {r[0] for r in rounds}
+    predecessors_of_a = {r[r.index("a") - 1] for r in rounds if r.index("a")}
+    assert len(firsts) > 1 and len(predecessors_of_a) > 1  # not one fixed order
+    assert [len(v) for v in samples.values()] == [12] * 4
 
 
 def _record():
