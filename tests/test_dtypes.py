@@ -162,6 +162,60 @@ def test_no_silent_promotion():
     assert xgather.onnx.gather([1.5, 2.0], [0]).dtype == (np.float64 if X64 else np.float32)
 
 
+@pytest.mark.parametrize("mode", ["clip", "fill", "error"])
+def test_indices_at_the_ends_of_their_type(mode):
+    """The negative wrap at the widest index type in use (int64 in the x64 run)."""
+    itype = np.int64 if X64 else np.int32
+    lo, hi = np.iinfo(itype).min, np.iinfo(itype).max
+    data = np.arange(10, dtype=np.float32)
+    idx = np.array([lo, lo + 1, -11, -10, -1, 0, 9, 10, hi - 1, hi], itype)
+    if mode == "error":
+        ok = idx[(idx >= -10) & (idx < 10)]
+        np.testing.assert_array_equal(
+            xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i)))(data, ok),
+            ref.gather(data, ok))
+        with pytest.raises(xgather.OutOfBoundsError, match=rf"index {lo} at indices\[0\]"):
+            xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i)))(data, idx)
+        return
+    got = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i, mode=mode,
+                                                                    fill_value=-1.0)))(data, idx)
+    np.testing.assert_array_equal(got, ref.gather(data, idx, oob=mode, fill=-1.0))
+
+
+BEYOND_INT32 = np.array([2**32 + 5, 2**40, -2**32 + 3, np.iinfo(np.int64).min,
+                 np.iinfo(np.int64).max, 2**31, -2**31 - 1, 3, -2], np.int64)
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+@pytest.mark.parametrize("op", ["gather", "gather_nd", "gather_elements"])
+def test_int64_indices_beyond_int32_stay_out_of_range(op, mode):
+    """XLA:CPU keeps the low 32 bits of such an index (2**32 + 5 reads row 5); xgather not."""
+    data = np.arange(10, dtype=np.float32)
+    call = {"gather": (xgather.onnx.gather, BEYOND_INT32, ref.gather),
+            "gather_nd": (xgather.onnx.gather_nd, BEYOND_INT32[:, None], ref.gather_nd),
+            "gather_elements": (xgather.onnx.gather_elements, BEYOND_INT32, ref.gather_elements)}
+    fn, idx, want = call[op]
+    if not X64:  # int64 values beyond int32 cannot reach the device: an error, not a wrap
+        with pytest.raises(xgather.XGatherError, match="int32"):
+            fn(data, idx, mode=mode)
+        return
+    f = jax.jit(lambda d, i: fn(d, i, mode=mode, fill_value=-1.0))
+    np.testing.assert_array_equal(f(data, idx), want(data, idx, oob=mode, fill=-1.0))
+    if op == "gather":  # and the gradient goes where the forward read
+        ct = np.arange(1, idx.size + 1, dtype=np.float32)
+        g = jax.grad(lambda d: (fn(d, idx, mode=mode) * ct).sum())(data)
+        np.testing.assert_array_equal(g, ref.scatter_add_take(data.shape, idx, ct, oob=mode))
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_unsigned_constant_indices_with_the_top_bit_set(mode):
+    """openxla/xla#48717 folds such a constant index to 0 in an unclamped gather."""
+    data = np.arange(10, dtype=np.float32)
+    idx = np.array([2**31 + 5, 2**32 - 1, 7], np.uint32)
+    f = jax.jit(lambda d: xgather.openvino.gather(d, idx, 0, mode=mode, fill_value=-1.0))
+    np.testing.assert_array_equal(f(data), ref.gather(data, idx, oob=mode, fill=-1.0))
+
+
 @pytest.mark.subprocess
 @pytest.mark.skipif(X64, reason="already the x64 run")
 def test_table_with_x64_on():

@@ -15,11 +15,11 @@ from xgather._plan import Plan
 
 
 def prepare(plan: Plan, mode: str, indices):
-    """Bound check (``"error"``) and negative wrap, on the whole ``indices`` (global positions)."""
+    """Bound check (``"error"``), negative wrap and 64-bit narrowing, on the whole ``indices``."""
     indices = _modes.widen(indices)
     if mode == "error":
         _modes.check(plan, indices)
-    return _modes.wrap(plan, indices)
+    return _modes.narrow(plan, _modes.wrap(plan, indices))
 
 
 def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
