@@ -17,6 +17,7 @@ client starts its thread pool). The trade-off: the process keeps the memory
 it has freed (its resident size stays at its high-water mark) instead of
 returning it to the system, and all threads share one malloc lock.
 """
+
 from __future__ import annotations
 
 import ctypes
