@@ -22,6 +22,7 @@ from jax.typing import ArrayLike
 from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
 from xgather._frontend import call, negatives, shapes, versioned
+from xgather._jaxonnxruntime import register_jaxonnxruntime  # noqa: F401 (re-exported)
 from xgather._modes import Mode
 
 GATHER_OPSETS = (1, 11, 13)

@@ -1,0 +1,145 @@
+"""jaxonnxruntime running gather nodes through xgather, against onnxruntime and NumPy loops."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jaxonnxruntime",
+                    reason="jaxonnxruntime not installed (xgather[jaxonnxruntime])")
+pytest.importorskip("absl", reason="jaxonnxruntime imports absl-py")
+import onnx.backend.test  # noqa: E402
+from jaxonnxruntime import backend as jort  # noqa: E402
+from jaxonnxruntime import call_onnx  # noqa: E402
+from jaxonnxruntime.core import handler  # noqa: E402
+from jaxonnxruntime.onnx_ops import gatherelements  # noqa: E402
+from onnx import helper  # noqa: E402
+
+import xgather  # noqa: E402
+from tests import ort_oracle, reference  # noqa: E402
+
+GATHER_NODE_TESTS = {
+    "test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices",
+    "test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices",
+    "test_gathernd_example_float32", "test_gathernd_example_int32",
+    "test_gathernd_example_int32_batch_dim1",
+}
+
+
+def _own_handlers(op_type):
+    """jaxonnxruntime's own handler classes for ``op_type`` (none of xgather's)."""
+    return [h for h in handler.Handler.__subclasses__()
+            if h.OP_TYPE == op_type and h.__module__.startswith("jaxonnxruntime.")]
+
+
+# --- without xgather: what registration fixes ---------------------------------------------
+
+def test_jaxonnxruntime_alone_has_no_gathernd():
+    assert _own_handlers("GatherND") == []
+    assert [h.__name__ for h in _own_handlers("GatherElements")] == ["GatherElements"]
+
+
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype int64:UserWarning")
+def test_jaxonnxruntime_alone_wraps_out_of_range_gather_elements():
+    data = np.arange(6, dtype=np.float32).reshape(3, 2)
+    indices = np.array([[4, 0]])  # 4 is out of range for an axis of size 3
+    got = np.asarray(gatherelements.onnx_gatherelements(data, indices, axis=0))
+    assert got.tolist() == [[data[4 % 3, 0], data[0, 1]]]  # silently wrapped
+    with pytest.raises(IndexError):
+        reference.gather_elements(data, indices, axis=0)
+
+
+# --- registered ------------------------------------------------------------------------------
+
+HANDLERS = xgather.onnx.register_jaxonnxruntime()
+
+
+def test_registration_is_idempotent_and_kept():
+    again = xgather.onnx.register_jaxonnxruntime()
+    assert again == HANDLERS
+    live = handler.Handler.__subclasses__()
+    assert all(cls in live for cls in HANDLERS.values())
+
+
+@pytest.mark.parametrize("opset", [1, 11, 12, 13, 17, 21])
+def test_handlers_chosen_at_every_opset(opset):
+    handlers = call_onnx._get_all_handlers([helper.make_opsetid("", opset)])[""]
+    for op_type, cls in HANDLERS.items():
+        if op_type == "Gather" or opset >= 11:
+            assert handlers[op_type] is cls, (op_type, opset)
+
+
+def _model(op, opset, data, indices, **attrs):
+    node = helper.make_node(op, ["data", "indices"], ["out"], **attrs)
+    dtype = helper.np_dtype_to_tensor_dtype
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("data", dtype(data.dtype), data.shape),
+         helper.make_tensor_value_info("indices", dtype(indices.dtype), indices.shape)],
+        [helper.make_tensor_value_info("out", dtype(data.dtype), None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+DATA = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+CASES = {  # id: (op, indices, attrs, NumPy reference, opsets)
+    "gather-axis1-negative": ("Gather", np.array([[0, -1], [2, -3]]), {"axis": 1},
+                              lambda d, i: reference.gather(d, i, 1), (11, 13, 17, 21)),
+    "gather-axis-last": ("Gather", np.array([3, 0, -4]), {"axis": -1},
+                         lambda d, i: reference.gather(d, i, -1), (13, 21)),
+    "gathernd": ("GatherND", np.array([[0, -1], [1, 2]]), {},
+                 lambda d, i: reference.gather_nd(d, i), (11, 12, 13, 21)),
+    "gathernd-batch_dims1": ("GatherND", np.array([[[2, -1]], [[0, 0]]]), {"batch_dims": 1},
+                             lambda d, i: reference.gather_nd(d, i, 1), (12, 13, 21)),
+    "gatherelements-axis2": ("GatherElements", np.array([[[0, -1, 3]] * 3] * 2), {"axis": 2},
+                             lambda d, i: reference.gather_elements(d, i, 2), (11, 13, 21)),
+}
+
+
+@pytest.mark.parametrize("opset_case", [(c, o) for c, v in CASES.items() for o in v[4]],
+                         ids=lambda oc: f"{oc[0]}-opset{oc[1]}")
+def test_node_against_onnxruntime_and_numpy(opset_case):
+    case, opset = opset_case
+    op, indices, attrs, ref, _ = CASES[case]
+    got = np.asarray(jort.run(_model(op, opset, DATA, indices, **attrs), [DATA, indices])[0])
+    want = ref(DATA, indices)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, ort_oracle.run(op, DATA, indices, opset, **attrs))
+
+
+@pytest.mark.parametrize("op, indices, attrs", [
+    ("Gather", np.array([0, 3]), {"axis": 1}),
+    ("GatherND", np.array([[0, 3]]), {}),
+    ("GatherElements", np.array([[[0, 0, 4]] * 3] * 2), {"axis": 2}),
+    ("GatherElements", np.array([[[0, 0, -5]] * 3] * 2), {"axis": 2}),
+])
+def test_out_of_range_index_raises(op, indices, attrs):
+    with pytest.raises(xgather.OutOfBoundsError, match=rf"onnx\.{op}-13: index -?\d"):
+        jort.run(_model(op, 21, DATA, indices, **attrs), [DATA, indices])
+
+
+def test_gathernd_batch_dims_before_opset_12_is_an_error():
+    indices = np.array([[[2, -1]], [[0, 0]]])
+    with pytest.raises(xgather.XGatherError, match="batch_dims exists from opset 12"):
+        jort.run(_model("GatherND", 11, DATA, indices, batch_dims=1), [DATA, indices])
+
+
+# --- ONNX's own node tests, built in memory, through jaxonnxruntime's backend ---------------
+
+# onnx builds every node case at import; its own casts warn (not ours to fix).
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    backend_test = onnx.backend.test.BackendTest(jort.Backend, __name__)
+for name in sorted(GATHER_NODE_TESTS):
+    backend_test.include(rf"^{name}_cpu$")
+OnnxBackendNodeModelTest = backend_test.test_cases["OnnxBackendNodeModelTest"]
+for _name in [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]:
+    if _name.removesuffix("_cpu") not in GATHER_NODE_TESTS or not _name.endswith("_cpu"):
+        delattr(OnnxBackendNodeModelTest, _name)
+
+
+def test_all_ten_gather_node_tests_are_collected():
+    found = {n.removesuffix("_cpu") for n in vars(OnnxBackendNodeModelTest)
+             if n.startswith("test_")}
+    assert found == GATHER_NODE_TESTS
