@@ -2,8 +2,8 @@
 
 :func:`register_jax2onnx` adds a plugin to jax2onnx; from then on
 ``jax2onnx.to_onnx`` exports every xgather op, and :func:`to_onnx` does both.
-While jax2onnx traces, the plugin replaces the ten ops (``xgather.onnx``,
-``xgather.openvino``, ``xgather.bnns``, ``xgather.labview``) by their export form:
+While jax2onnx traces, the plugin gives every op of every spec (they all reach
+``lax.gather`` through ``xgather._apply.run``) its export form:
 
 * The ONNX ops become the very ONNX node (``Gather`` with ``axis``,
   ``GatherND`` with ``batch_dims``, ``GatherElements`` with ``axis``) where
@@ -15,13 +15,13 @@ While jax2onnx traces, the plugin replaces the ten ops (``xgather.onnx``,
   and a select, then ``"clip"`` clamps the indices and ``"fill"`` sends an
   out-of-range index to one slice of ``fill_value`` appended to ``data``
   along the indexed axis (a copy of ``data`` in the exported graph); the
-  gather itself runs on indices known to be in range. jax2onnx 0.17.1 drops
+  gather itself runs on indices known to be in range. (jax2onnx 0.17.1 drops
   ``lax.gather``'s clip and fill modes on its ``GatherND`` lowering, so they
-  are never left to it. No ``BitCast`` (an ONNX op from opset 26 only).
+  are never left to it.) No ``BitCast``, an ONNX op from opset 26 only.
 * ``mode="error"`` that no ONNX node expresses (the OpenVINO, BNNS and LabVIEW
   ops, and ``negative_indices=False``) is an error at export when the indices
-  are traced: ONNX has no run-time assert. Indices known at export (constants)
-  are checked then, and the gather runs unchecked.
+  are traced: ONNX has no run-time assert to raise it. Indices known at export
+  (constants) are checked then, and the gather runs unchecked.
 
 xgather caches one jitted function per plan; a trace made while jax2onnx's
 patches are active would be reused by later eager calls, so the plugin clears
@@ -31,8 +31,8 @@ those caches when an export starts and when it ends.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,23 +43,15 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _dtypes, _modes, bnns, labview, onnx, openvino
+from xgather import _apply, _dtypes
 from xgather._errors import OutOfBoundsError, fail
 
-#: Opsets the tests export at; ONNX Gather/GatherND/GatherElements exist at every one.
+#: The opsets the tests export at.
 TESTED_OPSETS = (17, 18, 19, 20, 21)
 
-# (module, name, spec default mode) of every op the plugin replaces while exporting.
-_OPS = (
-    (onnx, "gather", "error"), (onnx, "gather_nd", "error"), (onnx, "gather_elements", "error"),
-    (openvino, "gather", "fill"), (openvino, "gather_nd", "error"),
-    (openvino, "gather_elements", "error"),
-    (bnns, "gather", "error"), (bnns, "gather_nd", "error"), (bnns, "gather_along_axis", "error"),
-    (labview, "gather", "error"),
-)
-# xgather.onnx op -> (ONNX op type, its attribute)
-_NODES = {"gather": ("Gather", "axis"), "gather_nd": ("GatherND", "batch_dims"),
-          "gather_elements": ("GatherElements", "axis")}
+# plan.op without its version -> the ONNX node it can export as
+_NODES = {"onnx.Gather": "Gather", "onnx.GatherND": "GatherND",
+          "onnx.GatherElements": "GatherElements"}
 
 
 def clear_caches() -> None:
@@ -67,7 +59,7 @@ def clear_caches() -> None:
     clear = getattr(_apply, "clear_caches", None)
     if clear is not None:
         clear()
-    else:  # before xgather._apply.clear_caches existed
+    else:  # until xgather._apply.clear_caches exists
         _apply.compiled.cache_clear()
 
 
@@ -80,15 +72,16 @@ def _node_primitive(op_type: str) -> Primitive:
         return call(data, indices)
 
     def abstract_eval(data, indices, *, attr, call):
-        return data.update(shape=call.plan(data, indices).out_shape, weak_type=False)
+        return data.update(shape=call.plan.out_shape, weak_type=False)
 
+    # Under vmap or a derivative the node gives way to the plain export form (same mode).
     def batch(args, dims, *, attr, call):
-        # Outside an ONNX node: the xgather op itself, vmapped (its mode applies).
-        return jax.vmap(call, in_axes=dims)(*args), 0
+        return jax.vmap(call.plain, in_axes=dims)(*args), 0
 
     def jvp(primals, tangents, *, attr, call):
         data, indices = primals
-        return jax.jvp(lambda d: call(d, indices), (data,), (ad.instantiate_zeros(tangents[0]),))
+        return jax.jvp(lambda d: call.plain(d, indices), (data,),
+                       (ad.instantiate_zeros(tangents[0]),))
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
@@ -97,38 +90,44 @@ def _node_primitive(op_type: str) -> Primitive:
     return prim
 
 
-_PRIMS = {name: _node_primitive(op_type) for name, (op_type, _) in _NODES.items()}
+_PRIMS = {op_type: _node_primitive(op_type) for op_type in _NODES.values()}
 
 
 class _Call:
-    """The original op with its options bound: hashable, so it can be a primitive parameter."""
+    """``xgather._apply.run`` with its plan and options bound: hashable, a primitive parameter."""
 
-    def __init__(self, fn: Callable, options: dict[str, Any]):
-        self.fn, self.options = fn, tuple(sorted(options.items()))
+    def __init__(self, run: Callable, plan, mode: str, fill_value, options: dict[str, Any]):
+        self.run, self.plan, self.mode, self.fill_value = run, plan, mode, fill_value
+        self.options = tuple(sorted(options.items()))
+
+    def _key(self):
+        return self.run, self.plan, self.mode, self.fill_value, self.options
 
     def __call__(self, data, indices):
-        return self.fn(data, indices, **dict(self.options))
+        return self.run(self.plan, data, indices, self.mode, self.fill_value,
+                        **dict(self.options))
 
-    def plan(self, data, indices):
-        return self.fn.__xgather_plan__(data, indices, **dict(self.options))
+    def plain(self, data, indices):
+        return _export(self.run, self.plan, data, indices, self.mode, self.fill_value,
+                       node=False, **dict(self.options))
 
     def __hash__(self):
-        return hash((self.fn, self.options))
+        return hash(self._key())
 
     def __eq__(self, other):
-        return isinstance(other, _Call) and (self.fn, self.options) == (other.fn, other.options)
+        return isinstance(other, _Call) and self._key() == other._key()
 
 
 # --- the plain path: indices made in range with compares and selects ---------------------------
 
 def _bounds(plan, idx):
-    """``s`` per index component, shaped to broadcast against ``idx``."""
-    return jnp.asarray(np.asarray(plan.bounds if plan.index_vector else plan.bounds[0]),
-                       dtype=idx.dtype)
+    """``s`` for each index, in ``idx``'s shape and dtype."""
+    s = np.asarray(plan.bounds if plan.index_vector else plan.bounds[0])
+    return jnp.broadcast_to(jnp.asarray(s, dtype=idx.dtype), idx.shape)
 
 
 def _in_range(plan, idx):
-    """The indices the plain path gathers with, the validity mask, and the padded axis (fill)."""
+    """Negative indices wrapped (where the spec says so), the validity mask, and ``s``."""
     if jnp.dtype(idx.dtype).itemsize < 4:
         idx = idx.astype(jnp.int32)  # room for index + s
     s = _bounds(plan, idx)
@@ -136,7 +135,7 @@ def _in_range(plan, idx):
     signed = jnp.issubdtype(idx.dtype, jnp.signedinteger)
     if plan.negative and signed:
         valid = (idx >= -s) & (idx < s)
-        idx = lax.select(idx < zero, idx + jnp.broadcast_to(s, idx.shape), idx)
+        idx = lax.select(idx < zero, idx + s, idx)
     else:
         valid = ((idx >= zero) if signed else jnp.ones(idx.shape, bool)) & (idx < s)
     if plan.index_vector:
@@ -144,18 +143,14 @@ def _in_range(plan, idx):
     return idx, valid, s
 
 
-def _plain(plan, mode: str, fill_value, args: inspect.BoundArguments, data_name: str):
-    """The op rewritten so that its gather only ever sees in-range, non-negative indices."""
-    a = args.arguments
-    data, idx = a[data_name], jnp.asarray(a["indices"])
-    if 0 in plan.bounds:  # nothing to index: the op fills (or raises) without a gather
-        return None
-    idx, valid, s = _in_range(plan, idx)
-    zero = jnp.zeros((), idx.dtype)
+def _plain(plan, mode: str, fill_value, data, idx):
+    """Plan, data and indices such that the gather only ever sees in-range indices."""
+    idx, valid, s = _in_range(plan, jnp.asarray(idx))
     if mode == "clip":
-        idx = jnp.clip(idx, zero, jnp.broadcast_to(s - 1, idx.shape))
+        idx = jnp.clip(idx, jnp.zeros((), idx.dtype), s - 1)
     elif mode == "fill":
-        # Out of range reads one appended slice of fill_value: position s on the first axis.
+        # An out-of-range index reads one slice of fill_value appended to data along the
+        # first indexed axis: position s there (the other components 0).
         ax = plan.index_axes[0]
         data = jnp.asarray(data)
         pad = jnp.full(data.shape[:ax] + (1,) + data.shape[ax + 1:],
@@ -165,10 +160,11 @@ def _plain(plan, mode: str, fill_value, args: inspect.BoundArguments, data_name:
         first[(0,) if plan.index_vector else ()] = plan.bounds[0]
         sentinel = jnp.broadcast_to(jnp.asarray(first, idx.dtype), idx.shape)
         idx = lax.select(jnp.broadcast_to(valid, idx.shape), idx, sentinel)
-    a[data_name], a["indices"], a["mode"] = data, idx, "promise_in_bounds"
-    if "negative_indices" in a:
-        a["negative_indices"] = False
-    return a
+        crop = plan.data_crop
+        if crop is not None:
+            crop = crop[:ax] + (crop[ax] + 1,) + crop[ax + 1:]
+        plan = dataclasses.replace(plan, data_shape=data.shape, data_crop=crop)
+    return dataclasses.replace(plan, negative=False), data, idx
 
 
 def _check_constant(plan, idx) -> None:
@@ -181,42 +177,33 @@ def _check_constant(plan, idx) -> None:
     bad = ~((idx >= lo) & (idx < s))
     if bad.any():
         where = tuple(int(p[0]) for p in np.nonzero(bad))
-        fail(plan.op, "every index must lie in the spec's range", f"index {idx[where]} at "
-             f"indices{list(where)}, bounds {plan.bounds}",
+        fail(plan.op, "every index must lie in the spec's range",
+             f"index {idx[where]} at indices{list(where)}, axis sizes {plan.bounds}",
              {"data": plan.data_shape, "indices": plan.indices_shape}, kind=OutOfBoundsError)
 
 
-def _export_form(module, name: str, spec_default: str, orig: Callable) -> Callable:
-    signature = inspect.signature(orig)
-    data_name = next(iter(signature.parameters))  # "data", or BNNS's "input"
-
-    @functools.wraps(orig)
-    def patched(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        plan = orig.__xgather_plan__(*bound.args, **bound.kwargs)  # every static rule
-        mode = _modes.resolve(plan.op, a["mode"], spec_default)
-        if module is onnx and (mode == "promise_in_bounds" or (mode == "error" and plan.negative)):
-            prim = _PRIMS[name]
-            attr = a[_NODES[name][1]]
-            call = _Call(orig, {k: v for k, v in a.items() if k not in (data_name, "indices")})
-            return prim.bind(jnp.asarray(a[data_name]), jnp.asarray(a["indices"]),
-                             attr=attr, call=call)
-        if mode == "error":
-            if _dtypes.is_traced(a["indices"]):
-                hint = ("; negative_indices=True exports as the ONNX node" if module is onnx
-                        else "; the xgather.onnx ops export as the ONNX node")
-                fail(plan.op, 'mode="error" cannot be exported, ONNX has no run-time check: '
-                     'pass mode="clip", "fill" or "promise_in_bounds"' + hint)
-            _check_constant(plan, a["indices"])
-            mode = "promise_in_bounds"
-        new = _plain(plan, mode, a.get("fill_value"), bound, data_name)
-        if new is None:
-            return orig(*bound.args, **bound.kwargs)
-        return orig(**new)
-
-    return patched
+def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
+            node: bool = True, **options):
+    """``xgather._apply.run`` as it exports: the ONNX node, or plain ops on in-range indices."""
+    op_type = _NODES.get(plan.op.rsplit("-", 1)[0])
+    if node and op_type and (mode == "promise_in_bounds" or (mode == "error" and plan.negative)):
+        attr = plan.batch_dims if op_type == "GatherND" else plan.index_axes[0]
+        return _PRIMS[op_type].bind(jnp.asarray(data), jnp.asarray(indices), attr=attr,
+                                    call=_Call(run, plan, mode, fill_value, options))
+    if mode == "error":
+        if _dtypes.is_traced(indices):
+            hint = ("; negative_indices=True exports as the ONNX node" if op_type
+                    else "; the xgather.onnx ops export as the ONNX node")
+            fail(plan.op, 'mode="error" cannot be exported, ONNX has no run-time check: '
+                 'pass mode="clip", "fill" or "promise_in_bounds"' + hint)
+        _check_constant(plan, indices)
+        mode = "promise_in_bounds"
+    if 0 in plan.bounds:  # nothing to index: the op fills (or raises) without a gather
+        return run(plan, data, indices, mode, fill_value, **options)
+    if mode != "promise_in_bounds":  # clamped or sent to the fill slot: no longer promises
+        options.update(indices_are_sorted=False, unique_indices=False)
+    plan, data, indices = _plain(plan, mode, fill_value, data, indices)
+    return run(plan, data, indices, "promise_in_bounds", None, **options)
 
 
 # --- the jax2onnx plugin ------------------------------------------------------------------------
@@ -265,21 +252,20 @@ def register_jax2onnx() -> None:
             out.shape = ir.Shape(out_var.aval.shape)
             ctx.bind_value_for_var(out_var, out)
 
-    class _OpsPlugin(_NodePlugin):
-        """The Gather plugin also carries the export form of all ten ops."""
+    class _RunPlugin(_NodePlugin):
+        """The Gather plugin also gives xgather._apply.run its export form."""
 
         @classmethod
         def binding_specs(cls):
-            return [MonkeyPatchSpec(target=module, attr=name,
-                                    make_value=functools.partial(_export_form, module, name,
-                                                                 default))
-                    for module, name, default in _OPS]
+            # Every op of every spec reaches lax.gather through xgather._apply.run.
+            return [MonkeyPatchSpec(target=_apply, attr="run",
+                                    make_value=lambda run: functools.partial(_export, run))]
 
         @classmethod
         @contextlib.contextmanager
         def plugin_binding(cls):
-            # Entered once per export around the trace: no jitted function traced
-            # under the exporter's patches outlives it, nor one traced before is used.
+            # Entered once per export around the trace: no jitted function traced under
+            # the exporter's patches outlives it, nor is one traced before it used.
             clear_caches()
             try:
                 with super().plugin_binding():
@@ -287,15 +273,15 @@ def register_jax2onnx() -> None:
             finally:
                 clear_caches()
 
-    for name, (op_type, attr_name) in _NODES.items():
-        base = _OpsPlugin if op_type == "Gather" else _NodePlugin
-        cls = type(f"XGather{op_type}Plugin", (base,),
-                   {"op_type": op_type, "attr_name": attr_name, "_PRIM": _PRIMS[name],
-                    "_ABSTRACT_EVAL_BOUND": True})
+    for op_type in _NODES.values():
+        attrs = {"op_type": op_type, "attr_name": "batch_dims" if op_type == "GatherND" else "axis",
+                 "_PRIM": _PRIMS[op_type], "_ABSTRACT_EVAL_BOUND": True}
+        cls = type(f"XGather{op_type}Plugin",
+                   (_RunPlugin if op_type == "Gather" else _NodePlugin,), attrs)
         doc = f"https://onnx.ai/onnx/operators/onnx__{op_type}.html"
         _registered[op_type] = register_primitive(
-            jaxpr_primitive=_PRIMS[name].name, context="primitives.xgather",
-            component=f"xgather.onnx.{name}", onnx=[{"component": op_type, "doc": doc}],
+            jaxpr_primitive=_PRIMS[op_type].name, context="primitives.xgather",
+            component=f"xgather.onnx.{op_type}", onnx=[{"component": op_type, "doc": doc}],
             since="xgather 0.1.0", testcases=[])(cls)
 
 
@@ -311,6 +297,13 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
 
     Returns:
       What ``jax2onnx.to_onnx`` returns: an ``onnx.ModelProto`` by default.
+
+    >>> import numpy as np, xgather, xgather.export                   # doctest: +SKIP
+    >>> f = lambda d, i: xgather.onnx.gather(d, i, axis=1)            # doctest: +SKIP
+    >>> model = xgather.export.to_onnx(f, [np.zeros((2, 3), np.float32),
+    ...                                    np.zeros(4, np.int32)])    # doctest: +SKIP
+    >>> [n.op_type for n in model.graph.node]                         # doctest: +SKIP
+    ['Gather']
     """
     register_jax2onnx()
     import jax2onnx
