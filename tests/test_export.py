@@ -204,13 +204,16 @@ def test_eager_and_jit_after_export_use_fresh_traces():
 
 
 def test_eager_after_export_of_the_same_plan():
-    # The export runs bnns.gather's own plan in "promise_in_bounds": the eager call below
-    # would reuse that trace (made under jax2onnx's patches) if the cache were kept.
-    fn = functools.partial(xgather.bnns.gather, axis=1, mode="promise_in_bounds")
-    indices = _i([[0, 2, 1]])
-    _export(fn, (DATA, indices), 21)
-    np.testing.assert_array_equal(fn(DATA, indices),
-                                  reference.gather(DATA, indices, 1, negative=False))
+    # On an empty axis "fill" runs xgather's own jitted function (jnp.full, no gather) in
+    # the export; kept in xgather's cache, that trace holds jax2onnx's primitive
+    # 'jax.numpy.full', and the eager call below would fail to compile it.
+    fn = functools.partial(xgather.onnx.gather, axis=1, mode="fill")
+    data, indices = np.zeros((2, 0, 4), np.float32), _i([0, -1])
+    xgather.export.clear_caches()
+    model = _export(fn, (data, indices), 21)
+    want = reference.gather(data, indices, 1, oob="fill")
+    np.testing.assert_array_equal(fn(data, indices), want)
+    np.testing.assert_array_equal(_ort(model, (data, indices)), want)
 
 
 def test_plain_jax2onnx_after_registration():
