@@ -254,3 +254,13 @@ def test_ops_are_restored_after_export():
     before = xgather.onnx.gather
     _export(functools.partial(xgather.onnx.gather, axis=0), (DATA, _i([0])), 21)
     assert xgather.onnx.gather is before
+
+
+def test_readme_export_example_runs():
+    from tests.test_readme import BLOCKS
+
+    block = next(b for b in BLOCKS if "xgather.export.to_onnx" in b)
+    ns: dict = {}
+    exec(compile(block, "README-export", "exec"), ns)
+    assert [n.op_type for n in ns["model"].graph.node] == ["Gather"]
+    np.testing.assert_array_equal(ns["out"], reference.gather(ns["table"], ns["ids"], 0))

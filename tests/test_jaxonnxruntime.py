@@ -143,3 +143,13 @@ def test_all_ten_gather_node_tests_are_collected():
     found = {n.removesuffix("_cpu") for n in vars(OnnxBackendNodeModelTest)
              if n.startswith("test_")}
     assert found == GATHER_NODE_TESTS
+
+
+def test_readme_jaxonnxruntime_example_runs():
+    from tests.test_readme import BLOCKS
+
+    block = next(b for b in BLOCKS if "register_jaxonnxruntime" in b)
+    ns: dict = {}
+    exec(compile(block, "README-jaxonnxruntime", "exec"), ns)
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(ns["out"][0], reference.gather_nd(data, [[2], [-3]], 1))
