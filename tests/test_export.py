@@ -21,12 +21,6 @@ from tests import reference  # noqa: E402
 # jax2onnx logs a warning for each of its plugin trees whose framework is absent.
 logging.getLogger("jax2onnx").setLevel(logging.ERROR)
 
-pytestmark = [
-    # jax2onnx 0.17.1 and the packages it imports, under warnings-as-errors:
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:jax2onnx"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:flax"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:orbax"),
-]
 
 rng = np.random.default_rng(0)
 DATA = rng.normal(size=(2, 3, 4)).astype(np.float32)
