@@ -197,17 +197,26 @@ def test_eager_and_jit_after_export_use_fresh_traces():
     np.testing.assert_array_equal(jax.jit(fn)(DATA, indices), want)
 
 
-def test_eager_after_export_of_the_same_plan():
-    # On an empty axis "fill" runs xgather's own jitted function (jnp.full, no gather) in
-    # the export; kept in xgather's cache, that trace holds jax2onnx's primitive
-    # 'jax.numpy.full', and the eager call below would fail to compile it.
-    fn = functools.partial(xgather.onnx.gather, axis=1, mode="fill")
+def test_export_empties_the_cache_of_jitted_functions():
+    # A jitted function traced under jax2onnx's patches (its own primitives, such as
+    # 'jax.numpy.full') would fail to compile in a later eager call that reused it.
+    fn = functools.partial(xgather.bnns.gather, axis=1, mode="promise_in_bounds")
+    indices = _i([[0, 2, 1]])
+    fn(DATA, indices)
+    assert xgather._apply.compiled.cache_info().currsize > 0
+    _export(fn, (DATA, indices), 21)
+    assert xgather._apply.compiled.cache_info().currsize == 0
+    np.testing.assert_array_equal(fn(DATA, indices),
+                                  reference.gather(DATA, indices, 1, negative=False))
+
+
+def test_empty_axis_fill_exports():
+    fn = functools.partial(xgather.onnx.gather, axis=1, mode="fill", fill_value=2.5)
     data, indices = np.zeros((2, 0, 4), np.float32), _i([0, -1])
-    xgather.export.clear_caches()
     model = _export(fn, (data, indices), 21)
-    want = reference.gather(data, indices, 1, oob="fill")
-    np.testing.assert_array_equal(fn(data, indices), want)
+    want = reference.gather(data, indices, 1, oob="fill", fill=2.5)
     np.testing.assert_array_equal(_ort(model, (data, indices)), want)
+    np.testing.assert_array_equal(fn(data, indices), want)
 
 
 def test_plain_jax2onnx_after_registration():

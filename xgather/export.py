@@ -198,8 +198,10 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
                  'pass mode="clip", "fill" or "promise_in_bounds"' + hint)
         _check_constant(plan, indices)
         mode = "promise_in_bounds"
-    if 0 in plan.bounds:  # nothing to index: the op fills (or raises) without a gather
-        return run(plan, data, indices, mode, fill_value, **options)
+    if 0 in plan.bounds and not (mode == "clip" and np.size(indices)):
+        # Nothing to index: every index is out of range, and the op fills (clip raises).
+        fill = 0 if fill_value is None else fill_value
+        return jnp.full(plan.out_shape, fill, jnp.asarray(data).dtype)
     if mode != "promise_in_bounds":  # clamped or sent to the fill slot: no longer promises
         options.update(indices_are_sorted=False, unique_indices=False)
     plan, data, indices = _plain(plan, mode, fill_value, data, indices)
