@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from bench import record as rec
-from bench import roof, stats, systems
-from bench.workloads import WORKLOADS
+from . import record as rec
+from . import roof, stats, systems
+from .workloads import WORKLOADS
 
 
 def _progress(msg: str) -> None:
@@ -132,7 +132,7 @@ def _run_both(args, argv) -> dict:
                     skip = a in ("--allocator", "--json")
                     continue
                 child.append(a)
-            cmd = [sys.executable, "-m", "bench", *child, "--allocator", setting, "--json", out,
+            cmd = [sys.executable, "-m", __package__, *child, "--allocator", setting, "--json", out,
                    "--no-table"]
             subprocess.run(cmd, check=True)
             r = rec.load(out)
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
             flags = os.environ.get("XLA_FLAGS", "")
             os.environ["XLA_FLAGS"] = (
                 f"{flags} --xla_force_host_platform_device_count={a.devices}").strip()
-        from bench import sharded
+        from . import sharded
         kw = dict(rows=8192, width=64, lookups=2048, repeats=5) if a.quick else {}
         print(sharded.run(a.devices, **kw))
         return 0

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from bench import stats
+from . import stats
 
 
 def jax_copy_gbps(device, nbytes: int, rounds: int = 7) -> float:

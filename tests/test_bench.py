@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from bench import record, stats, systems
-from bench.workloads import WORKLOADS
+from xgather_bench import record, stats, systems
+from xgather_bench.workloads import WORKLOADS
 
 
 def test_statistics():
@@ -119,7 +119,7 @@ def test_every_system_computes_the_same_result(key):
 def test_quick_run_end_to_end(tmp_path):
     out = tmp_path / "run.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeats", "3",
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--repeats", "3",
                            "--json", str(out)], capture_output=True, text=True, env=env,
                           check=True, timeout=600)
     rec = record.load(out)
@@ -130,20 +130,20 @@ def test_quick_run_end_to_end(tmp_path):
     assert "W10 GatherElements" in proc.stdout
     for name, ok in systems.available().items():
         assert (f"skipping {name}" in proc.stderr) != ok
-    cmp = subprocess.run([sys.executable, "-m", "bench", "compare", str(out), str(out)],
+    cmp = subprocess.run([sys.executable, "-m", "xgather_bench", "compare", str(out), str(out)],
                          capture_output=True, text=True, check=True)
     ratios = [ln.split()[-1] for ln in cmp.stdout.splitlines()[2:]]
     assert ratios == ["1.00"] * len(rec["results"])
     pytest.importorskip("matplotlib")
     png = tmp_path / "r.png"
-    subprocess.run([sys.executable, "-m", "bench", "plot", str(out), "--out", str(png)],
+    subprocess.run([sys.executable, "-m", "xgather_bench", "plot", str(out), "--out", str(png)],
                    check=True, capture_output=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.loads(out.read_text())
 
 
 def test_collective_bytes_parses_compiled_hlo():
-    from bench.sharded import collective_bytes
+    from xgather_bench.sharded import collective_bytes
     hlo = ("%ag = s32[256]{0} all-gather(s32[32]{0} %p), dimensions={0}\n"
            "%rs = f32[32,64]{1,0} reduce-scatter(f32[256,64]{1,0} %x), dimensions={0}\n"
            "%ar-start = f32[4]{0} all-reduce-start(f32[4]{0} %y)\n")
@@ -152,7 +152,7 @@ def test_collective_bytes_parses_compiled_hlo():
 
 @pytest.mark.slow
 def test_sharded_bench_quick():
-    proc = subprocess.run([sys.executable, "-m", "bench", "sharded", "--quick"],
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "sharded", "--quick"],
                           capture_output=True, text=True, check=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     lines = {ln.split("  ")[0].strip(): ln for ln in proc.stdout.splitlines()[2:]}
@@ -164,9 +164,42 @@ def test_sharded_bench_quick():
 @pytest.mark.slow
 def test_allocator_both_runs_each_setting_in_its_own_process(tmp_path):
     out = tmp_path / "both.json"
-    subprocess.run([sys.executable, "-m", "bench", "--workloads", "W8", "--systems", "lax",
+    subprocess.run([sys.executable, "-m", "xgather_bench", "--workloads", "W8", "--systems", "lax",
                     "--repeats", "2", "--allocator", "both", "--json", str(out)],
                    capture_output=True, text=True, check=True, timeout=600)
     rec = record.load(out)
     assert sorted(r["system"] for r in rec["results"]) == ["lax @default", "lax @keep"]
     assert min(r["ratio_to_best"] for r in rec["results"]) == 1.0
+
+
+@pytest.mark.slow
+def test_wheel_installs_the_bench_as_xgather_bench(tmp_path):
+    """No top-level ``bench`` package in the wheel: it would shadow a user's own module."""
+    import importlib.metadata
+    import shutil
+    import zipfile
+    try:
+        ok = int(importlib.metadata.version("setuptools").split(".")[0]) >= 68
+    except importlib.metadata.PackageNotFoundError:
+        ok = False
+    if not ok:
+        pytest.skip("needs setuptools>=68 in this environment (the build runs offline)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(os.path.join(root, "pyproject.toml"), src)
+    shutil.copy(os.path.join(root, "README.md"), src)
+    for d in ("xgather", "bench"):
+        shutil.copytree(os.path.join(root, d), src / d,
+                        ignore=shutil.ignore_patterns("__pycache__", "results"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "whl"), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "whl").glob("xgather-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert "bench" not in top
+    assert {"xgather", "xgather_bench"} <= top
+    assert "xgather_bench/__main__.py" in names
+    (ep,) = [n for n in names if n.endswith("entry_points.txt")]
+    assert "xgather-bench = xgather_bench.__main__:main" in zipfile.ZipFile(wheel).read(ep).decode()
