@@ -26,9 +26,28 @@ from . import roof, stats, systems
 from .workloads import WORKLOADS
 
 
-def _progress(msg: str) -> None:
-    end = "\r" if sys.stderr.isatty() else "\n"
-    print(f"{msg:<100}", end=end, file=sys.stderr, flush=True)
+class _Progress:
+    """Progress on stderr: rewritten in place on a terminal, one line per step in a log.
+
+    ``note`` is a passing state (a first call, a round), shown only on a terminal;
+    ``done`` ends a step (a workload) and is the one line a log gets for it.
+    """
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+
+    def note(self, msg: str) -> None:
+        if self.tty:
+            print(f"{msg:<100}", end="\r", file=self.stream, flush=True)
+
+    def done(self, msg: str) -> None:
+        print(f"{msg:<100}" if self.tty else msg, end="\r" if self.tty else "\n",
+              file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(" " * 100, end="\r", file=self.stream, flush=True)
 
 
 def _versions(peers) -> dict:
@@ -42,9 +61,30 @@ def _versions(peers) -> dict:
     return out
 
 
+def _no_fork() -> None:
+    """Start any ``multiprocessing`` child by spawning a fresh interpreter, not by fork.
+
+    ``import openvino`` sends a telemetry event (``openvino_telemetry``) from a
+    ``multiprocessing.Process``; under Linux's default start method that forks this
+    process, which by then runs JAX's threads (and JAX warns: a fork of a
+    multithreaded process can deadlock). A spawned child shares no state, so
+    there is nothing to warn about. Only the default is set, and only where no one
+    chose one: the bench itself starts its children with ``subprocess``.
+    """
+    import multiprocessing
+    if multiprocessing.get_start_method(allow_none=True) is None:
+        multiprocessing.set_start_method("spawn")
+
+
 def run(args) -> dict:
     # OpenMP pools (torch) sleep when idle rather than spin into the next system's time.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _no_fork()
+    peers = systems.available()
+    chosen = set(args.systems.split(",")) if args.systems else None
+    # Imported before JAX starts, so that what an import starts (openvino's telemetry
+    # child) is under way before anything is timed.
+    systems.import_peers(peers, chosen)
     import jax
 
     import xgather._alloc as alloc
@@ -52,18 +92,17 @@ def run(args) -> dict:
         alloc.keep_large_allocations()
     device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
     size = "quick" if args.quick else "large" if args.large else "default"
-    peers = systems.available()
     for name, ok in peers.items():
         if not ok:
             print(f"skipping {name}: not installed (pip install 'xgather[bench]')",
                   file=sys.stderr)
-    chosen = set(args.systems.split(",")) if args.systems else None
     keys = args.workloads.split(",") if args.workloads else list(WORKLOADS)
     unknown = [k for k in keys if k not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
     roof_bytes = (64 if size == "quick" else 256) << 20
-    _progress("measuring the copy roof")
+    progress = _Progress()
+    progress.done("measuring the copy roof")
     roofs = {f"jax copy ({device.platform})": roof.jax_copy_gbps(device, roof_bytes),
              "numpy copy 1t": roof.numpy_copy_gbps(roof_bytes, 1)}
     if systems.cores() > 1:
@@ -75,11 +114,12 @@ def run(args) -> dict:
     results = []
     for n, key in enumerate(keys, 1):
         w = WORKLOADS[key]
+        t_workload = time.perf_counter()
         data, idx = w.arrays(size)
         fns = systems.build(w, data, idx, device, peers, chosen)
         first = {}
         for name, fn in fns.items():
-            _progress(f"[{n}/{len(keys)}] {key} {w.title}: first call of {name}")
+            progress.note(f"[{n}/{len(keys)}] {key} {w.title}: first call of {name}")
             t0 = time.perf_counter()
             fn()
             first[name] = time.perf_counter() - t0
@@ -88,7 +128,7 @@ def run(args) -> dict:
         reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else 0.03)
         samples = stats.interleaved(
             fns, args.repeats, reps,
-            on_round=lambda r, key=key, w=w, n=n: _progress(
+            on_round=lambda r, key=key, w=w, n=n: progress.note(
                 f"[{n}/{len(keys)}] {key} {w.title}: round {r}/{args.repeats}"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
@@ -102,7 +142,9 @@ def run(args) -> dict:
                             "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
                             "first_call_s": first[name], "reps": reps[name],
                             "allocator": args.allocator})
-    _progress("")
+        progress.done(f"[{n}/{len(keys)}] {key} {w.title}: {len(fns)} systems, "
+                      f"{args.repeats} rounds, {time.perf_counter() - t_workload:.1f} s")
+    progress.close()
     return {
         "schema": rec.SCHEMA,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

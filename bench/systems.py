@@ -28,6 +28,13 @@ def available() -> dict[str, bool]:
     return have
 
 
+def import_peers(peers: dict[str, bool], chosen: set[str] | None) -> None:
+    """Import the installed peers that will run (``chosen``: None for all)."""
+    for name, ok in peers.items():
+        if ok and (chosen is None or name in chosen):
+            importlib.import_module(name)
+
+
 # -- JAX: xgather and the hand-written lax.gather ---------------------------------------------
 
 def jax_inputs(data, idx, device):

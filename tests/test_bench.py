@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -203,3 +204,21 @@ def test_wheel_installs_the_bench_as_xgather_bench(tmp_path):
     assert "xgather_bench/__main__.py" in names
     (ep,) = [n for n in names if n.endswith("entry_points.txt")]
     assert "xgather-bench = xgather_bench.__main__:main" in zipfile.ZipFile(wheel).read(ep).decode()
+
+
+def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path):
+    """stderr piped (not a terminal): one line per workload, not one per round.
+
+    openvino, where installed, is among the systems: its import starts a telemetry
+    child process, which a fork-based start would make JAX warn about.
+    """
+    chosen = "xgather,lax" + (",openvino" if systems.available()["openvino"] else "")
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
+                           "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table"],
+                          capture_output=True, text=True, check=True, timeout=300)
+    lines = proc.stderr.splitlines()
+    assert "\r" not in proc.stderr
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("[")] == [
+        "[1/2] W8 tiny", "[2/2] W3 last axis"]
+    assert not any(re.search(r"round \d+/|first call of", ln) for ln in lines)
+    assert "os.fork()" not in proc.stderr and "Warning" not in proc.stderr
