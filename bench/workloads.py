@@ -39,6 +39,14 @@ class Workload:
             idx = rng.integers(0, dshape[self.axis], ishape)
         return data, idx.astype(np.int64)
 
+    def warmup_arrays(self, size: str):
+        """Arrays at the ``tiny`` shapes, or one row more where those are ``size``'s shapes."""
+        data, idx = self.arrays("tiny")
+        if self.shapes("tiny") == self.shapes(size):
+            data = np.concatenate([data, data[:1]])
+            idx = np.concatenate([idx, idx[:1]])
+        return data, idx
+
     def moved_bytes(self, size: str) -> int:
         """Bytes a gather must move: the output read and written once, the indices read."""
         dshape, ishape = self.shapes(size)

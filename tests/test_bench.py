@@ -48,19 +48,57 @@ def test_interleaved_rounds_visit_every_system_each_round():
     assert [len(v) for v in samples.values()] == [12] * 4
 
 
-def _record():
-    res = lambda w, s, m: {"workload": w, "title": "t", "system": s,  # noqa: E731
-                           "samples_s": [m, m], "median_s": m, "spread": 0.0, "gbps": 1.0,
-                           "pct_roof": 10.0, "ratio_to_best": 1.0, "first_call_s": 0.1,
-                           "reps": 1}
-    return {"schema": record.SCHEMA, "date": "2026-11-22T00:00:00+00:00", "size": "quick",
-            "device": {"kind": "cpu", "platform": "cpu", "cores": 2},
-            "roof": {"jax copy (cpu)": 10.0}, "versions": {}, "environment": {},
-            "allocator": {}, "results": [res("W1", "xgather", 2e-3), res("W1", "lax", 1e-3)]}
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    # A slow round (noise) hits both systems; the default is 2x promise in every
+    # round but the last. The ratio of the medians (3 / 3) would say 1.
+    default, promise = [2.0, 20.0, 3.0], [1.0, 10.0, 3.0]
+    assert stats.paired_ratio(default, promise) == 2.0
+    assert stats.median(default) / stats.median(promise) == 1.0
+    assert stats.paired_spread([2.0, 4.0, 6.0], [1.0, 2.0, 3.0]) == 0.0
+    with pytest.raises(ValueError, match="same number of rounds: 2, 3"):
+        stats.paired_ratio([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def _res(w, s, samples, first=0.1):
+    return {"workload": w, "title": "t", "system": s, "samples_s": samples,
+            "median_s": stats.median(samples), "spread": 0.0, "gbps": 1.0, "pct_roof": 10.0,
+            "ratio_to_best": 1.0, "first_call_s": first, "reps": 1}
+
+
+def _record(schema=record.SCHEMA):
+    results = [_res("W1", "xgather", [2e-3, 2e-3]), _res("W1", "lax", [1e-3, 1e-3])]
+    rec = {"schema": schema, "date": "2026-11-22T00:00:00+00:00", "size": "quick",
+           "device": {"kind": "cpu", "platform": "cpu", "cores": 2},
+           "roof": {"jax copy (cpu)": 10.0}, "versions": {}, "environment": {},
+           "allocator": {}, "results": results}
+    if schema != "xgather-bench/1":
+        rec["check_cost"] = record.check_costs(results)
+    return rec
+
+
+def test_check_cost_pairs_default_and_promise_of_the_same_workload_and_setting():
+    results = [_res("W1", "xgather", [3.0, 30.0, 2.0], first=0.5),
+               _res("W1", "xgather[promise]", [1.0, 10.0, 2.0], first=0.1),
+               _res("W2", "xgather @keep", [4.0, 4.0], first=0.3),
+               _res("W2", "xgather[promise] @keep", [2.0, 1.0], first=0.3),
+               _res("W2", "xgather[promise] @default", [8.0, 8.0]),
+               _res("W3", "xgather", [1.0]), _res("W3", "lax", [1.0])]
+    costs = {(c["workload"], c["system"]): c for c in record.check_costs(results)}
+    assert set(costs) == {("W1", "xgather"), ("W2", "xgather @keep")}
+    w1, w2 = costs["W1", "xgather"], costs["W2", "xgather @keep"]
+    assert (w1["baseline"], w1["ratio"], w1["rounds"]) == ("xgather[promise]", 3.0, 3)
+    assert w1["first_call_ratio"] == pytest.approx(5.0)
+    assert (w2["baseline"], w2["ratio"], w2["first_call_ratio"]) == (
+        "xgather[promise] @keep", 3.0, 1.0)
+    # ratios 2 and 4: inclusive quartiles 2.5 and 3.5, median 3
+    assert w2["spread"] == pytest.approx((3.5 - 2.5) / 3.0)
 
 
 def test_schema_accepts_a_record_and_rejects_a_broken_one(tmp_path):
     rec = _record()
+    rec["results"].append(_res("W1", "xgather[promise]", [1e-3, 5e-4], first=0.05))
+    rec["check_cost"] = record.check_costs(rec["results"])
+    assert [c["ratio"] for c in rec["check_cost"]] == [3.0]
     path = tmp_path / "r.json"
     record.save(rec, path)
     assert record.load(path) == rec
@@ -68,10 +106,30 @@ def test_schema_accepts_a_record_and_rejects_a_broken_one(tmp_path):
     del broken["results"][0]["median_s"]
     with pytest.raises(ValueError, match=r"W1/xgather lacks \['median_s'\]"):
         record.validate(broken)
-    with pytest.raises(ValueError, match="not an xgather-bench/1 record"):
+    with pytest.raises(ValueError, match="not an xgather-bench record"):
         record.validate({**rec, "schema": "other"})
     with pytest.raises(ValueError, match="record lacks 'roof'"):
         record.validate({k: v for k, v in rec.items() if k != "roof"})
+    with pytest.raises(ValueError, match="record lacks 'check_cost'"):
+        record.validate({k: v for k, v in rec.items() if k != "check_cost"})
+    broken = copy.deepcopy(rec)
+    del broken["check_cost"][0]["first_call_ratio"]
+    with pytest.raises(ValueError, match=r"check_cost W1/xgather lacks \['first_call_ratio'\]"):
+        record.validate(broken)
+
+
+def test_a_version_1_record_still_loads_and_shows_its_check_cost(tmp_path):
+    old = _record("xgather-bench/1")
+    old["results"].append(_res("W1", "xgather[promise]", [1e-3, 1e-3]))
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    loaded = record.load(path)
+    assert "check_cost" not in loaded
+    text = record.table(loaded)
+    (line,) = [ln for ln in text.splitlines()[text.splitlines().index(""):]
+               if ln.startswith("W1")]
+    assert line.split()[3:] == ["2.00", "0.0%", "1.00"]
+    assert "W1       xgather" in record.compare(loaded, _record())
 
 
 def test_compare_gives_b_over_a():
@@ -83,6 +141,16 @@ def test_compare_gives_b_over_a():
     assert lines["lax"].split()[-1] == "1.00"
     b["results"] = [dict(b["results"][0], workload="W9")]
     assert "no workload/system pair in common" in record.compare(a, b)
+
+
+def test_compare_shows_the_check_cost_of_both_records():
+    a, b = _record(), _record()
+    for rec, promise in ((a, [1e-3, 1e-3]), (b, [2e-3, 1e-3])):
+        rec["results"].append(_res("W1", "xgather[promise]", promise))
+        rec["check_cost"] = record.check_costs(rec["results"])
+    text = record.compare(a, b)
+    block = text.split("\n\n")[1].splitlines()
+    assert block[-1].split() == ["W1", "xgather", "2.00", "1.50", "1.00", "1.00"]
 
 
 def test_table_lists_every_result():
@@ -133,8 +201,12 @@ def test_quick_run_end_to_end(tmp_path):
         assert (f"skipping {name}" in proc.stderr) != ok
     cmp = subprocess.run([sys.executable, "-m", "xgather_bench", "compare", str(out), str(out)],
                          capture_output=True, text=True, check=True)
-    ratios = [ln.split()[-1] for ln in cmp.stdout.splitlines()[2:]]
+    medians, costs = cmp.stdout.split("\n\n")
+    ratios = [ln.split()[-1] for ln in medians.splitlines()[2:]]
     assert ratios == ["1.00"] * len(rec["results"])
+    assert {c["workload"] for c in rec["check_cost"]} == set(WORKLOADS)
+    assert len(costs.splitlines()) == 2 + len(WORKLOADS)
+    assert "check cost: xgather (the spec's default) / xgather[promise]" in proc.stdout
     pytest.importorskip("matplotlib")
     png = tmp_path / "r.png"
     subprocess.run([sys.executable, "-m", "xgather_bench", "plot", str(out), "--out", str(png)],
