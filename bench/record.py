@@ -144,24 +144,65 @@ def compare(a: dict, b: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(record: dict, out: str) -> None:
-    """Bars of ratio-to-best per workload and system (needs matplotlib)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    workloads = list(dict.fromkeys(r["workload"] for r in record["results"]))
-    systems = list(dict.fromkeys(r["system"] for r in record["results"]))
-    val = {(r["workload"], r["system"]): r["ratio_to_best"] for r in record["results"]}
-    fig, ax = plt.subplots(figsize=(max(8, len(workloads) * 1.4), 5))
+def figure(record: dict):
+    """The record as a matplotlib Figure (needs matplotlib; no pyplot state).
+
+    Top: median time over the best system's, per workload and system, on a log
+    axis, so that a 200x on a tiny workload does not flatten the 1.2x elsewhere.
+    Below, where the record has both modes: the check cost (default / promise)
+    per workload, steady state and first call, on a log axis too.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    def times(y, _pos):
+        return f"{y:g}x"
+
+    results = record["results"]
+    workloads = list(dict.fromkeys(r["workload"] for r in results))
+    systems = list(dict.fromkeys(r["system"] for r in results))
+    val = {(r["workload"], r["system"]): r["ratio_to_best"] for r in results}
+    costs = record_check_costs(record)
+    fig = Figure(figsize=(max(8, len(workloads) * 1.4), 8 if costs else 5))
+    axes = fig.subplots(2 if costs else 1, 1, squeeze=False)[:, 0]
+    ax = axes[0]
     width = 0.8 / len(systems)
     for j, s in enumerate(systems):
         xs = [i + j * width for i, w in enumerate(workloads) if (w, s) in val]
         ys = [val[(w, s)] for w in workloads if (w, s) in val]
         ax.bar(xs, ys, width, label=s)
+    ax.set_yscale("log")
+    top = max(val.values())
+    ax.set_ylim(0.9, max(2.0, top * 1.5))
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(workloads))], workloads)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_ylabel("median time / best system (lower is better)")
+    ax.set_ylabel("median time / best system (log; lower is better)")
     ax.set_title(f"xgather bench on {record['device']['kind']} ({record['date']})")
     ax.legend(fontsize=7, ncol=2)
+    if costs:
+        ax = axes[1]
+        names = [f"{c['workload']} {c['system'][len(DEFAULT):]}".strip() for c in costs]
+        xs = range(len(costs))
+        ax.bar([x - 0.2 for x in xs], [c["ratio"] for c in costs], 0.4,
+               label="steady state (median of per-round ratios)")
+        ax.bar([x + 0.2 for x in xs], [c["first_call_ratio"] for c in costs], 0.4,
+               label="first call (trace, compile, run)")
+        ax.set_yscale("log")
+        ax.set_ylim(min(0.9, 0.9 * min(min(c["ratio"], c["first_call_ratio"]) for c in costs)),
+                    max(2.0, 1.5 * max(max(c["ratio"], c["first_call_ratio"]) for c in costs)))
+        ax.set_xticks(list(xs), names)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_ylabel(f"{DEFAULT} / {PROMISE} (log)")
+        ax.set_title("check cost: the spec's default mode over promise_in_bounds")
+        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(times))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, pos: ""))
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    return fig
+
+
+def plot(record: dict, out: str) -> None:
+    """Write :func:`figure` to ``out`` (PNG, SVG, PDF: by the file's extension)."""
+    figure(record).savefig(out, dpi=120)

@@ -294,3 +294,22 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
         "[1/2] W8 tiny", "[2/2] W3 last axis"]
     assert not any(re.search(r"round \d+/|first call of", ln) for ln in lines)
     assert "os.fork()" not in proc.stderr and "Warning" not in proc.stderr
+
+
+def test_plot_writes_a_png_with_log_ratio_axes(tmp_path):
+    pytest.importorskip("matplotlib")
+    rec = _record()
+    rec["results"].append(_res("W1", "xgather[promise]", [1e-3, 1e-3], first=0.05))
+    rec["results"].append(dict(_res("W8", "lax", [1e-3, 1e-3]), ratio_to_best=200.0))
+    rec["check_cost"] = record.check_costs(rec["results"])
+    fig = record.figure(rec)
+    ratios, cost = fig.axes
+    assert ratios.get_yscale() == "log" and cost.get_yscale() == "log"
+    assert ratios.get_ylim()[1] >= 200.0  # W8's 200x is on the axis, not clipped
+    heights = sorted(round(b.get_height(), 6) for b in cost.patches)
+    assert heights == [2.0, 2.0]  # steady 2e-3/1e-3, first call 0.1/0.05
+    png = tmp_path / "r.png"
+    record.plot(rec, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lax_only = _record("xgather-bench/1")  # no promise: one panel
+    assert [ax.get_yscale() for ax in record.figure(lax_only).axes] == ["log"]
