@@ -7,13 +7,17 @@ import json
 from . import stats
 
 SCHEMA = "xgather-bench/2"
-# /2 adds "check_cost" (below) and, where the device tells, "device" fields for
-# GPU runs (memory_bytes, platform_version, gpu_name); /1 records still load.
+# /2 adds "check_cost" (below), "workloads" (shapes, dtype, how indices were drawn),
+# "first_call", and "device" fields: memory_bytes and platform_version (required on
+# a GPU, null where the device does not tell), gpu_name (torch's name, on CUDA).
+# /1 records still load.
 SCHEMAS = ("xgather-bench/1", SCHEMA)
 RESULT_KEYS = ("workload", "title", "system", "samples_s", "median_s", "spread", "gbps",
                "pct_roof", "ratio_to_best", "first_call_s", "reps")
 CHECK_COST_KEYS = ("workload", "system", "baseline", "ratio", "spread", "rounds",
                    "first_call_ratio")
+DEVICE_KEYS = ("kind", "platform", "backend", "cores")
+GPU_DEVICE_KEYS = ("memory_bytes", "platform_version")  # values may be null
 DEFAULT, PROMISE = "xgather", "xgather[promise]"
 
 
@@ -29,6 +33,12 @@ def validate(record: dict) -> dict:
     for key in required:
         if key not in record:
             raise ValueError(f"record lacks {key!r}")
+    if record["schema"] != SCHEMAS[0]:
+        device_keys = DEVICE_KEYS + (GPU_DEVICE_KEYS if record["device"].get("platform") == "gpu"
+                                     else ())
+        missing = [k for k in device_keys if k not in record["device"]]
+        if missing:
+            raise ValueError(f"record's device lacks {missing}")
     for r in record["results"]:
         missing = [k for k in RESULT_KEYS if k not in r]
         if missing:

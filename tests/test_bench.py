@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from xgather_bench import record, stats, systems
-from xgather_bench.workloads import WORKLOADS
+from xgather_bench.workloads import HOT_ROWS, WORKLOADS, default_keys, default_size
 
 
 def test_statistics():
@@ -68,7 +68,7 @@ def _res(w, s, samples, first=0.1):
 def _record(schema=record.SCHEMA):
     results = [_res("W1", "xgather", [2e-3, 2e-3]), _res("W1", "lax", [1e-3, 1e-3])]
     rec = {"schema": schema, "date": "2026-11-22T00:00:00+00:00", "size": "quick",
-           "device": {"kind": "cpu", "platform": "cpu", "cores": 2},
+           "device": {"kind": "cpu", "platform": "cpu", "backend": "cpu", "cores": 2},
            "roof": {"jax copy (cpu)": 10.0}, "versions": {}, "environment": {},
            "allocator": {}, "results": results}
     if schema != "xgather-bench/1":
@@ -174,14 +174,24 @@ def test_every_system_computes_the_same_result(key):
     w = WORKLOADS[key]
     data, idx = w.arrays("tiny")
     fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), None)
-    want = np.asarray(fns.pop("numpy")())
+    want = _as_f32(fns.pop("numpy")())
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
     for name, fn in fns.items():
         out = fn()
         if name.startswith("onnxruntime"):
             out = out[0]
         elif name.startswith("openvino"):
             out = next(iter(out.values()))
-        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(_as_f32(out), want, rtol=tol, atol=tol, err_msg=name)
+
+
+def _as_f32(out):
+    """A system's output as a float32 NumPy array (torch's bfloat16 has no NumPy view)."""
+    if type(out).__module__.startswith("torch"):
+        out = out.float().cpu().numpy()
+    elif type(out).__module__.startswith("cupy"):
+        out = out.get()
+    return np.asarray(out).astype(np.float32)
 
 
 @pytest.mark.slow
@@ -192,7 +202,7 @@ def test_quick_run_end_to_end(tmp_path):
                            "--json", str(out)], capture_output=True, text=True, env=env,
                           check=True, timeout=600)
     rec = record.load(out)
-    assert {r["workload"] for r in rec["results"]} == set(WORKLOADS)
+    assert {r["workload"] for r in rec["results"]} == set(default_keys("cpu"))
     assert {"xgather", "xgather[promise]", "lax", "numpy"} <= {r["system"] for r in
                                                                rec["results"]}
     assert all(len(r["samples_s"]) == 3 and r["median_s"] > 0 for r in rec["results"])
@@ -204,8 +214,8 @@ def test_quick_run_end_to_end(tmp_path):
     medians, costs = cmp.stdout.split("\n\n")
     ratios = [ln.split()[-1] for ln in medians.splitlines()[2:]]
     assert ratios == ["1.00"] * len(rec["results"])
-    assert {c["workload"] for c in rec["check_cost"]} == set(WORKLOADS)
-    assert len(costs.splitlines()) == 2 + len(WORKLOADS)
+    assert {c["workload"] for c in rec["check_cost"]} == set(default_keys("cpu"))
+    assert len(costs.splitlines()) == 2 + len(default_keys("cpu"))
     assert "check cost: xgather (the spec's default) / xgather[promise]" in proc.stdout
     pytest.importorskip("matplotlib")
     png = tmp_path / "r.png"
@@ -285,8 +295,10 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     child process, which a fork-based start would make JAX warn about.
     """
     chosen = "xgather,lax" + (",openvino" if systems.available()["openvino"] else "")
+    out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
-                           "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table"],
+                           "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table",
+                           "--json", str(out)],
                           capture_output=True, text=True, check=True, timeout=300)
     lines = proc.stderr.splitlines()
     assert "\r" not in proc.stderr
@@ -294,6 +306,16 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
         "[1/2] W8 tiny", "[2/2] W3 last axis"]
     assert not any(re.search(r"round \d+/|first call of", ln) for ln in lines)
     assert "os.fork()" not in proc.stderr and "Warning" not in proc.stderr
+    # the record of that run: schema 2, with the check cost and the new device fields
+    rec = record.load(out)
+    assert rec["schema"] == "xgather-bench/2"
+    assert [(c["workload"], c["rounds"]) for c in rec["check_cost"]] == [("W8", 3), ("W3", 3)]
+    assert all(c["ratio"] > 0 and c["first_call_ratio"] > 0 for c in rec["check_cost"])
+    assert rec["device"]["memory_bytes"] is None  # a CPU device has no memory_stats
+    assert rec["device"]["backend"] == "cpu" and "platform_version" in rec["device"]
+    assert rec["workloads"]["W3"] == {"data": [512, 1024], "indices": [512],
+                                      "dtype": "float32", "indices_drawn": "uniform"}
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in rec["environment"]  # set for GPUs only
 
 
 def test_plot_writes_a_png_with_log_ratio_axes(tmp_path):
@@ -313,3 +335,91 @@ def test_plot_writes_a_png_with_log_ratio_axes(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lax_only = _record("xgather-bench/1")  # no promise: one panel
     assert [ax.get_yscale() for ax in record.figure(lax_only).axes] == ["log"]
+
+
+def test_gpu_sizes_fill_an_h100_and_cpu_sizes_stay():
+    sms, threads_per_sm = 132, 2048
+    for key, w in WORKLOADS.items():
+        if key == "W8":  # tiny by design: the dispatch floor
+            assert w.shapes("gpu") == w.shapes("default")
+            continue
+        dshape, _ = w.shapes("gpu")
+        assert int(np.prod(dshape)) * w.np_dtype().itemsize >= 2**30, key
+        assert w.output_elements("gpu") >= sms * threads_per_sm, key
+    assert default_size("gpu") == "gpu" and default_size("cpu") == "default"
+    # the CPU sizes, as before
+    assert WORKLOADS["W1"].shapes("default") == ((50000, 512), (8192,))
+    assert WORKLOADS["W10"].shapes("quick") == ((256, 1024), (256, 1024))
+    assert default_keys("cpu") == [f"W{i}" for i in range(1, 11)]
+    assert default_keys("gpu") == default_keys("cpu") + ["W9r", "W9u", "W9r-bf16", "W9u-bf16"]
+
+
+def test_gradient_variants_draw_repeated_or_unique_rows():
+    import ml_dtypes
+    for key in ("W9r", "W9r-bf16"):
+        data, idx = WORKLOADS[key].arrays("default")
+        assert len(np.unique(idx)) == HOT_ROWS and idx.size == 8192
+    for key in ("W9u", "W9u-bf16"):
+        data, idx = WORKLOADS[key].arrays("default")
+        assert len(np.unique(idx)) == idx.size == 8192
+    assert WORKLOADS["W9r-bf16"].arrays("quick")[0].dtype == ml_dtypes.bfloat16
+    assert WORKLOADS["W9r-bf16"].moved_bytes("quick") == 2 * (2 * 1024 * 512 * 2 + 1024 * 8)
+
+
+def _fake_gpu():
+    import types
+    return types.SimpleNamespace(platform="gpu")
+
+
+def test_gpu_peers_are_skipped_with_a_reason_without_cuda():
+    reasons = systems.gpu_peers()
+    if not any(reasons.values()):
+        pytest.skip("a GPU peer can run here")
+    assert set(reasons) == set(systems.GPU_PEERS)
+    for name, why in reasons.items():
+        if why:
+            assert re.search("cuda|cupy", why, re.I), (name, why)
+    w = WORKLOADS["W1"]
+    data, idx = w.arrays("tiny")
+    ok = {name: why is None for name, why in reasons.items()}
+    assert systems.build(w, data, idx, _fake_gpu(), ok, {"torch-cuda", "cupy"}).keys() <= {
+        name for name, usable in ok.items() if usable}
+
+
+def test_on_a_gpu_host_peers_run_only_where_named_and_on_a_cpu_no_gpu_peer():
+    w = WORKLOADS["W1"]
+    data, idx = w.arrays("tiny")
+    none = {"onnxruntime": False, "openvino": False, "torch": False, "torch-cuda": False,
+            "cupy": False}
+    assert set(systems.build(w, data, idx, _fake_gpu(), none, {"numpy", "cupy"})) == {"numpy"}
+    assert set(systems.build(w, data, idx, _fake_gpu(), none, {"torch-cuda"})) == set()
+    import jax
+    cpu = jax.devices("cpu")[0]
+    claims = {**none, "torch-cuda": True, "cupy": True}  # ignored on a CPU device
+    assert set(systems.build(w, data, idx, cpu, claims, None)) == {
+        "xgather", "xgather[promise]", "lax", "numpy"}
+
+
+def _gpu_device():
+    import jax
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:
+        return None
+
+
+@pytest.mark.skipif(not any(why is None for why in systems.gpu_peers().values()),
+                    reason="needs torch with CUDA or CuPy on a GPU")
+@pytest.mark.parametrize("key", sorted(WORKLOADS))
+def test_gpu_peers_compute_the_same_result(key):
+    """On a GPU: torch-cuda (both ways) and CuPy agree with NumPy on each workload."""
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    ok = {name: why is None for name, why in systems.gpu_peers().items()}
+    device = _gpu_device() or _fake_gpu()
+    fns = systems.build(w, data, idx, device, ok, {"numpy", *systems.GPU_PEERS})
+    want = _as_f32(fns.pop("numpy")())
+    assert fns, "no GPU peer ran"
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
+    for name, fn in fns.items():
+        np.testing.assert_allclose(_as_f32(fn()), want, rtol=tol, atol=tol, err_msg=name)
