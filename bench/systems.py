@@ -277,16 +277,18 @@ def _torch_tensor(a, device):
     return torch.from_numpy(a).to(device)
 
 
-def torch_cuda_runner(w, data, idx, embedding: bool = False) -> Runner | None:
+def torch_cuda_runner(w, data, idx, embedding: bool = False, device: str = "cuda"
+                      ) -> Runner | None:
     """The workload on the GPU in torch; ``embedding``: ``F.embedding`` and its backward.
 
     The data and indices are copied to the GPU once; each call synchronizes.
+    ``device="cpu"`` runs the same code on the CPU (for tests without a GPU).
     """
     import torch
     import torch.nn.functional as F
-    dev = torch.device("cuda")
+    dev = torch.device(device)
     d, i = _torch_tensor(data, dev), _torch_tensor(idx, dev)
-    sync = torch.cuda.synchronize
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     if embedding and not (w.op == "grad" or (w.op == "onnx.gather" and w.axis == 0
                                              and d.ndim == 2 and i.ndim == 1)):
         return None

@@ -431,3 +431,20 @@ def test_gpu_peers_compute_the_same_result(key):
     tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
     for name, fn in fns.items():
         np.testing.assert_allclose(_as_f32(fn()), want, rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("key", sorted(WORKLOADS))
+def test_the_torch_cuda_peer_code_agrees_with_numpy_on_the_cpu(key):
+    """The torch-cuda peer's code, run on torch's CPU device (no GPU needed)."""
+    if not systems.available()["torch"]:
+        pytest.skip("torch is not installed")
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    want = _as_f32(systems.numpy_runner(w, data, idx)())
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
+    plain = systems.torch_cuda_runner(w, data, idx, device="cpu")
+    np.testing.assert_allclose(_as_f32(plain()), want, rtol=tol, atol=tol)
+    emb = systems.torch_cuda_runner(w, data, idx, embedding=True, device="cpu")
+    assert (emb is not None) == (key in ("W1", "W8") or w.op == "grad")
+    if emb is not None:
+        np.testing.assert_allclose(_as_f32(emb()), want, rtol=tol, atol=tol)
