@@ -113,6 +113,17 @@ def _no_fork() -> None:
         multiprocessing.set_start_method("spawn")
 
 
+def _expected_platform(device: str | None) -> str:
+    """The platform the run will use, known before JAX starts its backends."""
+    import importlib.util
+    named = device or os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
+    if named:
+        return "gpu" if named in ("cuda", "rocm") else named
+    plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "libtpu")
+    return "gpu" if any(importlib.util.find_spec(p) for p in plugins[:3]) else \
+        "tpu" if importlib.util.find_spec(plugins[3]) else "cpu"
+
+
 def run(args) -> dict:
     # OpenMP pools (torch) sleep when idle rather than spin into the next system's time.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -129,6 +140,8 @@ def run(args) -> dict:
     import jax
 
     import xgather._alloc as alloc
+    if args.allocator is None:  # malloc's large blocks matter where XLA allocates with it
+        args.allocator = "keep" if _expected_platform(args.device) == "cpu" else "default"
     if args.allocator == "keep":
         alloc.keep_large_allocations()
     try:
@@ -314,8 +327,8 @@ def main(argv=None) -> int:
                    "on a GPU those on the GPU)")
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (samples)")
-    p.add_argument("--allocator", choices=("keep", "default", "both"), default="keep",
-                   help="keep: xgather.keep_large_allocations() first (the default); "
+    p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
+                   help="keep: xgather.keep_large_allocations() first (the default on CPU); "
                         "default: glibc as it comes; both: each in its own process")
     p.add_argument("--json", help="write the run as a JSON record")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)

@@ -21,16 +21,15 @@ def prepare(plan: Plan, mode: str, indices):
 
     Where the gather copies several elements per index (``plan.wrap_pass ==
     "separate"``), the wrapped indices are computed in a pass of their own
-    (an optimization barrier keeps XLA from fusing the wrap into the gather,
-    where it would be redone for every element copied).
+    (see :func:`xgather._modes.wrap_apart`) instead of inside the gather,
+    where XLA would redo the wrap for every element copied.
     """
     indices = _modes.widen(indices)
     if mode == "error":
         _modes.check(plan, indices)
-    wrapped = _modes.wrap(plan, indices)
-    if wrapped is not indices and plan.wrap_pass == "separate":
-        wrapped = lax.optimization_barrier(wrapped)
-    return _modes.narrow(plan, wrapped)
+    if plan.wrap_pass == "separate":
+        return _modes.narrow(plan, _modes.wrap_apart(plan, indices))
+    return _modes.narrow(plan, _modes.wrap(plan, indices))
 
 
 def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):

@@ -144,6 +144,22 @@ def wrap(plan, indices):
     return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
 
 
+def wrap_apart(plan, indices):
+    """:func:`wrap` in a computation of its own, skipped when no index is negative.
+
+    XLA fuses cheap element-wise producers (the wrap's compare, add and
+    select) into a gather, which then recomputes them for every element of
+    every slice; neither an optimization barrier (XLA:CPU removes barriers
+    before fusion) nor an expensive op in between stops that. A branch of a
+    conditional does: the wrap runs once per index, in its own loop, and
+    only when some index is negative (one reduction over the indices, which
+    are few next to the elements they copy).
+    """
+    if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
+        return indices
+    return lax.cond(_any(indices < 0), lambda i: wrap(plan, i), lambda i: i, indices)
+
+
 def narrow(plan, indices):
     """64-bit indices saturated into the int32 range on XLA:CPU, where every axis fits it.
 
@@ -208,18 +224,25 @@ _BLOCK_ROWS, _BLOCK_LANES = 16, 64
 
 
 def _any(bad):
-    """``bad.any()``; on XLA:CPU reduced so that it vectorises (3x faster on 1M indices).
+    """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
-    XLA:CPU makes a whole-array reduction a scalar reduce-window loop;
-    reducing (rows, lanes) blocks over rows first is a vector loop over lanes.
-    The barriers keep XLA from folding the stages back into one reduction.
-    Other backends (chosen when the program is lowered) reduce in one go.
+    XLA:CPU rewrites a boolean reduction into a tree of reduce-window loops:
+    scalar code, and about a hundred milliseconds of compile time each. A
+    float32 max goes to a library kernel instead (XNNPACK's successor in
+    jaxlib 0.10), which compiles at once: that serves index arrays up to
+    ``_EAGER_REPORT``. Above it the flag is reduced in (rows, lanes) blocks
+    over rows first, a vector loop over lanes (3x faster than the tree on 1M
+    indices), with barriers that keep XLA from folding the stages back into one
+    reduction. Which form runs is chosen when the program is lowered.
     """
     flat = bad.ravel()
     block = _BLOCK_ROWS * _BLOCK_LANES
     n, m = flat.size, flat.size // block * block
+    if n == 0:
+        return jnp.zeros((), bool)
     if n <= _EAGER_REPORT or m == 0:
-        return jnp.any(flat)
+        return lax.platform_dependent(
+            flat, cpu=lambda f: jnp.max(f.astype(jnp.float32)) > 0, default=jnp.any)
 
     def blocked(flat):
         lanes = jax.lax.optimization_barrier(
