@@ -33,7 +33,7 @@ INDEX_DTYPES = _dtypes.INT32_INDICES
 def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, negative_indices=True,
                  **_) -> _plan.Plan:
     op = versioned("onnx", "Gather", opset, GATHER_OPSETS, "opset")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
@@ -43,7 +43,7 @@ def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, negative_indi
 def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
                     negative_indices=True, **_) -> _plan.Plan:
     op = versioned("onnx", "GatherND", opset, GATHER_ND_OPSETS, "opset")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     if opset == 11 and batch_dims != 0:
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
@@ -54,7 +54,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
 def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
                           negative_indices=True, **_) -> _plan.Plan:
     op = versioned("onnx", "GatherElements", opset, GATHER_ELEMENTS_OPSETS, "opset")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.elements_plan(op, sh["data"], sh["indices"], ax,

@@ -66,7 +66,7 @@ def static_axis(op: str, axis, sh) -> int:
 def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
                  negative_indices=True, **_):
     op = versioned("openvino", "Gather", version, GATHER_VERSIONS, "version")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     r, q = len(sh["data"]), len(sh["indices"])
     ax = _plan.normalize_axis(op, static_axis(op, axis, sh), r, sh)
@@ -86,7 +86,7 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
 def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
                     negative_indices=True, **_):
     op = versioned("openvino", "GatherND", version, GATHER_ND_VERSIONS, "version")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
                          negatives(op, negative_indices, sh), fold_batch=version == 5)
@@ -94,7 +94,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
 
 def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **_):
     op = "openvino.GatherElements-6"
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.elements_plan(op, sh["data"], sh["indices"], ax,
