@@ -53,6 +53,8 @@ class Plan:
         (``"vmap+row_batching"``); each row then gathers its own elements, so
         XLA writes the output in order instead of gathering columns and
         transposing them.
+      model_opset: for ONNX ops, the model's opset_import that ``op``'s version
+        was resolved from (``"onnx.Gather-13"`` at model opset 21); ``None`` elsewhere.
     """
 
     op: str
@@ -69,6 +71,7 @@ class Plan:
     data_crop: Shape | None = None
     lowering: str = "vmap"
     index_broadcast: Shape = ()
+    model_opset: int | None = None
 
     @property
     def bounds(self) -> Shape:
@@ -77,8 +80,10 @@ class Plan:
 
     def __str__(self) -> str:
         dn = self.dimension_numbers
+        at = "" if self.model_opset is None else f" (model opset {self.model_opset})"
         lines = [
-            f"{self.op}: data{self.data_shape} indices{self.indices_shape} -> out{self.out_shape}",
+            f"{self.op}{at}: data{self.data_shape} indices{self.indices_shape}"
+            f" -> out{self.out_shape}",
             f"  lowering: {self.lowering}"
             + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else ""),
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
