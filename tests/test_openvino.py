@@ -162,6 +162,28 @@ BAD = [
 ]
 
 
+# batch_dims below -min(r, q): the spec text's range [-min(r, q), min(r, q)] rejects them,
+# but the runtime normalises by indices.ndim first (b' = q + b) and checks b' after.
+@pytest.mark.parametrize("version", [7, 8])
+@pytest.mark.parametrize("dshape, ishape, axis, b", [
+    ((2, 3), (1, 1, 1, 2), 1, -4),     # r=2, q=4: b' = 0
+    ((2, 3), (2, 1, 1, 2), 1, -3),     # b' = 1 <= axis
+    ((2, 3, 4), (2, 3, 1, 1, 2), 2, -4),  # r=3, q=5: b' = 1
+    ((2, 3, 4), (2, 3, 1, 1, 2), -1, -3),  # b' = 2 = axis
+], ids=["b'0", "b'1", "r3-b'1", "r3-b'2"])
+def test_gather_batch_dims_normalised_by_indices_rank(version, dshape, ishape, axis, b):
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    s = dshape[axis]
+    idx = rng.integers(0 if version == 7 else -s, s, ishape).astype(np.int32)
+    want = ref.gather(data, idx, axis, len(ishape) + b)
+    got = ov.gather(data, idx, axis, b, version=version)
+    assert_same(got, want)
+    assert_same(got, ov_oracle.run("Gather", version, data, idx, axis=axis, batch_dims=b))
+    plan = xgather.explain(ov.gather, data, idx, axis, b, version=version)
+    assert plan.batch_dims == len(ishape) + b
+
+
 @pytest.mark.parametrize("call, pattern", [pytest.param(*b[1:], id=b[0]) for b in BAD])
 def test_bad_inputs(call, pattern):
     with pytest.raises(xgather.XGatherError, match=pattern):
