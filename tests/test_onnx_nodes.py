@@ -8,6 +8,7 @@ x64 is off here; ``test_reference_ops_with_x64_on`` reruns the evaluator tests w
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -497,3 +498,27 @@ def test_axis_beyond_int32_without_x64_is_an_xgather_error(fn):
     # One short of 2**31 is addressable.
     out = jax.eval_shape(fn, jax.ShapeDtypeStruct((2**31 - 1,), np.int8))
     assert out.dtype == np.int8
+
+
+# -- a real model: silero-vad (its package pulls torch, so it is not a test dependency) -----
+
+def _silero_source():
+    source = os.environ.get("XGATHER_SILERO_VAD")  # a silero-vad wheel, folder or .onnx file
+    if source is None and importlib.util.find_spec("silero_vad") is None:
+        pytest.skip("silero-vad models not at hand: set XGATHER_SILERO_VAD to the wheel from "
+                    "`pip download --no-deps silero-vad` (the package itself pulls torch)")
+    return source
+
+
+def test_silero_vad_model_vs_onnxruntime():
+    spec = importlib.util.spec_from_file_location(
+        "silero_vad_example", os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                                           "examples", "silero_vad.py"))
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    models = example.load_models(_silero_source())
+    model = models["silero_vad_op18_ifless.onnx"]  # opset 18, Gather nodes inside an If
+    assert example.gather_nodes(onnx.load_from_string(model).graph)["Gather"] >= 1
+    report = example.compare(model, chunks=2)
+    assert report["gather_calls"].get("gather", 0) >= 2, report
+    assert report["max_abs_diff"] < 1e-4, report
