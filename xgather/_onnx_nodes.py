@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from xgather._errors import XGatherError, fail
+from xgather._errors import XGatherError, choice, fail
+from xgather._modes import MODES
 
 #: The versions of each served op: the opsets in which its definition changed.
 VERSIONS: Mapping[str, tuple[int, ...]] = {
@@ -82,9 +83,12 @@ def check_attributes(op_type: str, opset: int, names) -> None:
 
 
 def _check_options(op: str, options) -> dict:
+    """The pass-through options, names checked and ``mode`` checked now (not at the first call)."""
     for name in options:
         if name not in OPTIONS:
             fail(op, f"options must be among {', '.join(OPTIONS)}", repr(name))
+    if options.get("mode") is not None:
+        choice(op, "mode", options["mode"], MODES)
     return dict(options)
 
 
