@@ -80,9 +80,39 @@ def versioned(spec: str, name: str, version, supported: tuple[int, ...], what: s
     return f"{spec}.{name}-{version}"
 
 
-def shapes(data, indices) -> dict[str, tuple[int, ...]]:
-    """The shapes an error message shows."""
+#: What a frontend takes as an array besides objects with ``.shape`` and ``.dtype``.
+_ARRAY_LIKE = (list, tuple, int, float, complex, np.generic)
+
+
+def check_array(op: str, name: str, x) -> None:
+    """``x`` is an array, or a (nested) list or scalar that NumPy makes one of, else an error.
+
+    ``None``, strings and other objects are not arrays: without this check they
+    would read as rank-0 arrays and fail later with a misleading rank error.
+    """
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return
+    if isinstance(x, _ARRAY_LIKE):
+        return
+    fail(op, f"{name} must be an array (or a nested list or scalar of numbers)",
+         f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins."))
+
+
+def shapes(data, indices, op: str | None = None) -> dict[str, tuple[int, ...]]:
+    """The shapes an error message shows; with ``op``, both inputs are checked to be arrays."""
+    if op is not None:
+        check_array(op, "data", data)
+        check_array(op, "indices", indices)
     return {"data": _dtypes.shape_of(data), "indices": _dtypes.shape_of(indices)}
+
+
+def check_addressable(plan) -> None:
+    """With x64 off, indices are at most 32 bits: an axis of ``2**31`` or more is out of reach."""
+    if not _dtypes.x64() and max(plan.bounds, default=0) > np.iinfo(np.int32).max:
+        fail(plan.op, "with jax_enable_x64 off, indices are int32 and cannot address an axis of "
+             "2**31 or more elements (enable it with jax.config.update('jax_enable_x64', True))",
+             f"axis sizes {plan.bounds} for data axes {plan.index_axes}",
+             {"data": plan.data_shape, "indices": plan.indices_shape})
 
 
 def negatives(op: str, negative_indices, sh) -> bool:
@@ -98,6 +128,7 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
 
     On the first eager call of a signature the runner is also cached.
     """
+    check_addressable(plan)
     sh = shapes(data, indices)
     idx = _dtypes.index_array(plan.op, indices, allowed, sh)
     mode = _modes.resolve(plan.op, mode, spec_default)

@@ -68,6 +68,8 @@ class Plan:
         not once per element copied) or ``"fused"`` (inside the gather's
         loop, for element gathers, where a separate pass would cost as much
         as the gather). Unused where negative indices do not wrap.
+      model_opset: for ONNX ops, the model's opset_import that ``op``'s version
+        was resolved from (``"onnx.Gather-13"`` at model opset 21); ``None`` elsewhere.
     """
 
     op: str
@@ -95,6 +97,7 @@ class Plan:
     def wrap_pass(self) -> str:
         n = self.index_count
         return "separate" if n and math.prod(self.out_shape) >= _SEPARATE_WRAP * n else "fused"
+    model_opset: int | None = None
 
     @property
     def bounds(self) -> Shape:
@@ -103,8 +106,10 @@ class Plan:
 
     def __str__(self) -> str:
         dn = self.dimension_numbers
+        at = "" if self.model_opset is None else f" (model opset {self.model_opset})"
         lines = [
-            f"{self.op}: data{self.data_shape} indices{self.indices_shape} -> out{self.out_shape}",
+            f"{self.op}{at}: data{self.data_shape} indices{self.indices_shape}"
+            f" -> out{self.out_shape}",
             f"  lowering: {self.lowering}"
             + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else "")
             + f" (for the {self.backend} backend)",
