@@ -2,9 +2,9 @@
 
 Usage::
 
-    xgather-bench [--quick | --large] [--workloads W1,W3] [--systems xgather,lax,torch]
-                  [--device cpu] [--repeats 15] [--allocator keep|default|both]
-                  [--json run.json]
+    xgather-bench [--quick | --large | --size gpu] [--workloads W1,W3]
+                  [--systems xgather,lax,torch] [--device cpu|gpu] [--repeats 15]
+                  [--allocator keep|default|both] [--json run.json]
     xgather-bench compare A.json B.json
     xgather-bench plot RECORD.json --out ratios.png
     xgather-bench sharded [--devices 8] [--quick]
@@ -21,65 +21,189 @@ import sys
 import tempfile
 import time
 
-from bench import record as rec
-from bench import roof, stats, systems
-from bench.workloads import WORKLOADS
+from . import record as rec
+from . import roof, stats, systems
+from .workloads import SIZES, WORKLOADS, default_keys, default_size
 
 
-def _progress(msg: str) -> None:
-    end = "\r" if sys.stderr.isatty() else "\n"
-    print(f"{msg:<100}", end=end, file=sys.stderr, flush=True)
+class _Progress:
+    """Progress on stderr: rewritten in place on a terminal, one line per step in a log.
+
+    ``note`` is a passing state (a first call, a round), shown only on a terminal;
+    ``done`` ends a step (a workload) and is the one line a log gets for it.
+    """
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+
+    def note(self, msg: str) -> None:
+        if self.tty:
+            print(f"{msg:<100}", end="\r", file=self.stream, flush=True)
+
+    def done(self, msg: str) -> None:
+        print(f"{msg:<100}" if self.tty else msg, end="\r" if self.tty else "\n",
+              file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(" " * 100, end="\r", file=self.stream, flush=True)
 
 
-def _versions(peers) -> dict:
+_PACKAGES = ("xgather", "jax", "jaxlib", "ml_dtypes", "numpy", "onnxruntime", "openvino",
+             "torch", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+             "jax-cuda13-pjrt", "cupy", "cupy-cuda12x", "cupy-cuda13x")
+
+
+def _versions(gpu: bool) -> dict:
+    """Python's and the installed packages' versions; on a GPU, torch's CUDA too."""
     import importlib.metadata as md
     out = {"python": platform.python_version()}
-    for name in ("xgather", "jax", "jaxlib", "numpy", "onnxruntime", "openvino", "torch"):
+    for name in _PACKAGES:
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             pass
+    if gpu and "torch" in sys.modules:
+        out["torch.version.cuda"] = sys.modules["torch"].version.cuda
     return out
+
+
+def _device_info(device, gpu_ok: dict) -> dict:
+    """What the record says about the device: kind, backend, memory, runtime version."""
+    import jax
+    stats_ = device.memory_stats() or {}  # None on CPU
+    info = {"kind": device.device_kind, "platform": device.platform,
+            "backend": jax.default_backend(), "cores": systems.cores(),
+            "machine": platform.machine(), "memory_bytes": stats_.get("bytes_limit"),
+            "platform_version": getattr(getattr(device, "client", None), "platform_version",
+                                        None)}
+    if gpu_ok.get("torch-cuda"):
+        import torch
+        info["gpu_name"] = torch.cuda.get_device_name()
+    return info
+
+
+def _gpu_requested(args) -> bool:
+    """Whether JAX will run on a GPU (asked for, or a CUDA plugin that JAX would pick)."""
+    if args.device:
+        return args.device in ("gpu", "cuda")
+    import importlib.metadata as md
+    for v in (12, 13):
+        try:
+            md.version(f"jax-cuda{v}-plugin")
+            return True
+        except md.PackageNotFoundError:
+            pass
+    return False
+
+
+def _no_fork() -> None:
+    """Start any ``multiprocessing`` child by spawning a fresh interpreter, not by fork.
+
+    ``import openvino`` sends a telemetry event (``openvino_telemetry``) from a
+    ``multiprocessing.Process``; under Linux's default start method that forks this
+    process, which by then runs JAX's threads (and JAX warns: a fork of a
+    multithreaded process can deadlock). A spawned child shares no state, so
+    there is nothing to warn about. Only the default is set, and only where no one
+    chose one: the bench itself starts its children with ``subprocess``.
+    """
+    import multiprocessing
+    if multiprocessing.get_start_method(allow_none=True) is None:
+        multiprocessing.set_start_method("spawn")
+
+
+def _expected_platform(device: str | None) -> str:
+    """The platform the run will use, known before JAX starts its backends."""
+    import importlib.util
+    named = device or os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
+    if named:
+        return "gpu" if named in ("cuda", "rocm") else named
+    plugins = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "libtpu")
+    return "gpu" if any(importlib.util.find_spec(p) for p in plugins[:3]) else \
+        "tpu" if importlib.util.find_spec(plugins[3]) else "cpu"
 
 
 def run(args) -> dict:
     # OpenMP pools (torch) sleep when idle rather than spin into the next system's time.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if _gpu_requested(args):
+        # JAX would take 75% of the GPU's memory at start, leaving torch and CuPy
+        # too little for a 1 GiB table each.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    _no_fork()
+    peers = systems.available()
+    chosen = set(args.systems.split(",")) if args.systems else None
+    # Imported before JAX starts, so that what an import starts (openvino's telemetry
+    # child) is under way before anything is timed.
+    systems.import_peers(peers, chosen)
     import jax
 
     import xgather._alloc as alloc
+    if args.allocator is None:  # malloc's large blocks matter where XLA allocates with it
+        args.allocator = "keep" if _expected_platform(args.device) == "cpu" else "default"
     if args.allocator == "keep":
         alloc.keep_large_allocations()
-    device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
-    size = "quick" if args.quick else "large" if args.large else "default"
-    peers = systems.available()
+    try:
+        device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
+    except RuntimeError as e:  # e.g. --device gpu where JAX has no GPU backend
+        raise SystemExit(f"xgather-bench: no {args.device} device for JAX: {e}") from None
+    gpu = device.platform == "gpu"
+    size = args.size or ("quick" if args.quick else "large" if args.large
+                         else default_size(device.platform))
     for name, ok in peers.items():
         if not ok:
             print(f"skipping {name}: not installed (pip install 'xgather[bench]')",
                   file=sys.stderr)
-    chosen = set(args.systems.split(",")) if args.systems else None
-    keys = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+    gpu_ok = {}
+    if gpu:
+        for name, reason in systems.gpu_peers().items():
+            gpu_ok[name] = reason is None
+            if reason and (chosen is None or name in chosen):
+                print(f"skipping {name}: {reason}", file=sys.stderr)
+        if chosen is None:
+            print("host peers (numpy, onnxruntime, openvino, torch on the CPU) run on a GPU "
+                  "only where --systems names them", file=sys.stderr)
+    keys = args.workloads.split(",") if args.workloads else default_keys(device.platform)
     unknown = [k for k in keys if k not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
-    roof_bytes = (64 if size == "quick" else 256) << 20
-    _progress("measuring the copy roof")
-    roofs = {f"jax copy ({device.platform})": roof.jax_copy_gbps(device, roof_bytes),
-             "numpy copy 1t": roof.numpy_copy_gbps(roof_bytes, 1)}
+    roof_bytes = {"quick": 64, "gpu": 1024}.get(size, 256) << 20
+    progress = _Progress()
+    progress.done("measuring the copy roof")
+    device_roofs = {f"jax copy ({device.platform})": roof.jax_copy_gbps(device, roof_bytes)}
+    if gpu_ok.get("torch-cuda"):
+        device_roofs["torch copy_ (cuda)"] = roof.torch_cuda_copy_gbps(roof_bytes)
+    if gpu_ok.get("cupy"):
+        device_roofs["cupy copyto (cuda)"] = roof.cupy_copy_gbps(roof_bytes)
+    host_bytes = min(roof_bytes, 256 << 20)
+    host_roofs = {"numpy copy 1t": roof.numpy_copy_gbps(host_bytes, 1)}
     if systems.cores() > 1:
-        roofs[f"numpy copy {systems.cores()}t"] = roof.numpy_copy_gbps(roof_bytes, systems.cores())
-    device_roof = roofs[f"jax copy ({device.platform})"]
-    host_roof = max(v for k, v in roofs.items() if k.startswith("numpy"))
+        host_roofs[f"numpy copy {systems.cores()}t"] = roof.numpy_copy_gbps(
+            host_bytes, systems.cores())
+    roofs = {**device_roofs, **host_roofs}
+    device_roof, host_roof = max(device_roofs.values()), max(host_roofs.values())
     if device.platform == "cpu":
         device_roof = host_roof = max(device_roof, host_roof)
+    on_device = ("xgather", "lax", *systems.GPU_PEERS)
     results = []
+    shapes = {}
     for n, key in enumerate(keys, 1):
         w = WORKLOADS[key]
+        t_workload = time.perf_counter()
         data, idx = w.arrays(size)
-        fns = systems.build(w, data, idx, device, peers, chosen)
+        shapes[key] = {"data": list(data.shape), "indices": list(idx.shape),
+                       "dtype": w.dtype, "indices_drawn": w.indices}
+        fns = systems.build(w, data, idx, device, {**peers, **gpu_ok}, chosen)
+        # Each JAX system runs once at other shapes first, so that what a process pays
+        # once (imports, first traces of a code path) is not charged to whichever
+        # system's first call comes first: first calls then compare per-shape costs.
+        warm_chosen = {"xgather", "lax"} & (chosen or {"xgather", "lax"})
+        for fn in systems.build(w, *w.warmup_arrays(size), device, {}, warm_chosen).values():
+            fn()
         first = {}
         for name, fn in fns.items():
-            _progress(f"[{n}/{len(keys)}] {key} {w.title}: first call of {name}")
+            progress.note(f"[{n}/{len(keys)}] {key} {w.title}: first call of {name}")
             t0 = time.perf_counter()
             fn()
             first[name] = time.perf_counter() - t0
@@ -88,35 +212,39 @@ def run(args) -> dict:
         reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else 0.03)
         samples = stats.interleaved(
             fns, args.repeats, reps,
-            on_round=lambda r, key=key, w=w, n=n: _progress(
+            on_round=lambda r, key=key, w=w, n=n: progress.note(
                 f"[{n}/{len(keys)}] {key} {w.title}: round {r}/{args.repeats}"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         moved = w.moved_bytes(size)
         for name in fns:
             gbps = moved / medians[name] / 1e9
-            r_roof = device_roof if name.startswith(("xgather", "lax")) else host_roof
+            r_roof = device_roof if name.startswith(on_device) else host_roof
             results.append({"workload": key, "title": w.title, "system": name,
                             "samples_s": samples[name], "median_s": medians[name],
                             "spread": stats.spread(samples[name]), "gbps": gbps,
                             "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
                             "first_call_s": first[name], "reps": reps[name],
                             "allocator": args.allocator})
-    _progress("")
+        del fns, data, idx  # a GPU's memory holds one workload's copies at a time
+        progress.done(f"[{n}/{len(keys)}] {key} {w.title}: {len(set(samples))} systems, "
+                      f"{args.repeats} rounds, {time.perf_counter() - t_workload:.1f} s")
+    progress.close()
     return {
         "schema": rec.SCHEMA,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "size": size,
-        "device": {"kind": device.device_kind, "platform": device.platform,
-                   "backend": jax.default_backend(), "cores": systems.cores(),
-                   "machine": platform.machine()},
+        "device": _device_info(device, gpu_ok),
         "roof": roofs,
-        "versions": _versions(peers),
+        "versions": _versions(gpu),
         "environment": {k: v for k, v in os.environ.items()
                         if k.startswith(("XLA_", "JAX_", "OMP_", "MKL_", "XGATHER_"))},
         "allocator": alloc.allocator_settings(),
         "x64": bool(jax.config.jax_enable_x64),
+        "first_call": "after one call of each JAX system at other shapes",
+        "workloads": shapes,
         "results": results,
+        "check_cost": rec.check_costs(results),
     }
 
 
@@ -132,7 +260,7 @@ def _run_both(args, argv) -> dict:
                     skip = a in ("--allocator", "--json")
                     continue
                 child.append(a)
-            cmd = [sys.executable, "-m", "bench", *child, "--allocator", setting, "--json", out,
+            cmd = [sys.executable, "-m", __package__, *child, "--allocator", setting, "--json", out,
                    "--no-table"]
             subprocess.run(cmd, check=True)
             r = rec.load(out)
@@ -151,6 +279,7 @@ def _run_both(args, argv) -> dict:
         for r in group:
             r["ratio_to_best"] = r["median_s"] / best
     merged["results"] = [r for g in by_w.values() for r in g]
+    merged["check_cost"] = rec.check_costs(merged["results"])  # pairs within each setting
     return merged
 
 
@@ -172,7 +301,7 @@ def main(argv=None) -> int:
             flags = os.environ.get("XLA_FLAGS", "")
             os.environ["XLA_FLAGS"] = (
                 f"{flags} --xla_force_host_platform_device_count={a.devices}").strip()
-        from bench import sharded
+        from . import sharded
         kw = dict(rows=8192, width=64, lookups=2048, repeats=5) if a.quick else {}
         print(sharded.run(a.devices, **kw))
         return 0
@@ -189,13 +318,17 @@ def main(argv=None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="small sizes, done in under a minute")
     g.add_argument("--large", action="store_true", help="larger sizes")
-    p.add_argument("--workloads", help="comma-separated keys (default: all of W1-W10)")
+    g.add_argument("--size", choices=[s for s in SIZES if s != "tiny"],
+                   help="the sizes by name (default: gpu on a GPU, else default)")
+    p.add_argument("--workloads", help="comma-separated keys (default: W1-W10; on a GPU also "
+                   "W9r, W9u, W9r-bf16, W9u-bf16)")
     p.add_argument("--systems", help="comma-separated: xgather, lax, numpy, onnxruntime, "
-                   "openvino, torch (default: all installed)")
+                   "openvino, torch; on a GPU torch-cuda, cupy (default: all installed, "
+                   "on a GPU those on the GPU)")
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (samples)")
-    p.add_argument("--allocator", choices=("keep", "default", "both"), default="keep",
-                   help="keep: xgather.keep_large_allocations() first (the default); "
+    p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
+                   help="keep: xgather.keep_large_allocations() first (the default on CPU); "
                         "default: glibc as it comes; both: each in its own process")
     p.add_argument("--json", help="write the run as a JSON record")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)

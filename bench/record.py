@@ -4,24 +4,83 @@ from __future__ import annotations
 
 import json
 
-SCHEMA = "xgather-bench/1"
+from . import stats
+
+SCHEMA = "xgather-bench/2"
+# /2 adds "check_cost" (below), "workloads" (shapes, dtype, how indices were drawn),
+# "first_call", and "device" fields: memory_bytes and platform_version (required on
+# a GPU, null where the device does not tell), gpu_name (torch's name, on CUDA).
+# /1 records still load.
+SCHEMAS = ("xgather-bench/1", SCHEMA)
 RESULT_KEYS = ("workload", "title", "system", "samples_s", "median_s", "spread", "gbps",
                "pct_roof", "ratio_to_best", "first_call_s", "reps")
+CHECK_COST_KEYS = ("workload", "system", "baseline", "ratio", "spread", "rounds",
+                   "first_call_ratio")
+DEVICE_KEYS = ("kind", "platform", "backend", "cores")
+GPU_DEVICE_KEYS = ("memory_bytes", "platform_version")  # values may be null
+DEFAULT, PROMISE = "xgather", "xgather[promise]"
 
 
 def validate(record: dict) -> dict:
-    """Raise ValueError unless ``record`` has the schema's fields."""
-    if record.get("schema") != SCHEMA:
-        raise ValueError(f"not an {SCHEMA} record: schema={record.get('schema')!r}")
-    for key in ("date", "device", "roof", "versions", "environment", "allocator", "results",
-                "size"):
+    """Raise ValueError unless ``record`` has its schema's fields."""
+    if record.get("schema") not in SCHEMAS:
+        raise ValueError(f"not an xgather-bench record ({', '.join(SCHEMAS)}): "
+                         f"schema={record.get('schema')!r}")
+    required = ["date", "device", "roof", "versions", "environment", "allocator", "results",
+                "size"]
+    if record["schema"] != SCHEMAS[0]:
+        required.append("check_cost")
+    for key in required:
         if key not in record:
             raise ValueError(f"record lacks {key!r}")
+    if record["schema"] != SCHEMAS[0]:
+        device_keys = DEVICE_KEYS + (GPU_DEVICE_KEYS if record["device"].get("platform") == "gpu"
+                                     else ())
+        missing = [k for k in device_keys if k not in record["device"]]
+        if missing:
+            raise ValueError(f"record's device lacks {missing}")
     for r in record["results"]:
         missing = [k for k in RESULT_KEYS if k not in r]
         if missing:
             raise ValueError(f"result {r.get('workload')}/{r.get('system')} lacks {missing}")
+    for c in record.get("check_cost", ()):
+        missing = [k for k in CHECK_COST_KEYS if k not in c]
+        if missing:
+            raise ValueError(f"check_cost {c.get('workload')}/{c.get('system')} lacks {missing}")
     return record
+
+
+def check_costs(results: list[dict]) -> list[dict]:
+    """What the spec's default costs over promise mode, per workload, from paired rounds.
+
+    For each workload that ran both ``xgather`` and ``xgather[promise]`` (with the
+    same suffix, e.g. `` @keep``): ``ratio`` is the median over rounds of the
+    per-round ratio default / promise (the two ran in the same interleaved rounds),
+    ``spread`` the relative interquartile range of those ratios, and
+    ``first_call_ratio`` the ratio of their first calls (trace, compile, run).
+    """
+    by = {(r["workload"], r["system"]): r for r in results}
+    out = []
+    for (workload, system), r in by.items():
+        if not system.startswith(DEFAULT + " ") and system != DEFAULT:
+            continue
+        baseline = PROMISE + system[len(DEFAULT):]
+        b = by.get((workload, baseline))
+        if b is None or len(b["samples_s"]) != len(r["samples_s"]) or not r["samples_s"]:
+            continue
+        out.append({"workload": workload, "system": system, "baseline": baseline,
+                    "ratio": stats.paired_ratio(r["samples_s"], b["samples_s"]),
+                    "spread": stats.paired_spread(r["samples_s"], b["samples_s"]),
+                    "rounds": len(r["samples_s"]),
+                    "first_call_ratio": r["first_call_s"] / b["first_call_s"]})
+    return out
+
+
+def record_check_costs(record: dict) -> list[dict]:
+    """The record's ``check_cost``, or (a /1 record) computed from its samples."""
+    if "check_cost" in record:
+        return record["check_cost"]
+    return check_costs(record["results"])
 
 
 def load(path) -> dict:
@@ -52,6 +111,17 @@ def table(record: dict) -> str:
         lines.append(f"{name:<34} {r['system']:<18} {_ms(r['median_s'])} "
                      f"{100 * r['spread']:6.1f}% {r['gbps']:7.1f} {r['pct_roof']:6.1f} "
                      f"{r['ratio_to_best']:6.2f} {r['first_call_s'] * 1e3:8.1f}")
+    costs = record_check_costs(record)
+    if costs:
+        lines += ["", f"check cost: {DEFAULT} (the spec's default) / {PROMISE}, median of "
+                  "per-round ratios; first call: trace, compile and run",
+                  f"{'workload':<34} {'system':<18} {'default/promise':>15} {'spread':>7} "
+                  f"{'first call':>10}"]
+        titles = {r["workload"]: r["title"] for r in record["results"]}
+        for c in costs:
+            name = f"{c['workload']} {titles.get(c['workload'], '')}"
+            lines.append(f"{name:<34} {c['system']:<18} {c['ratio']:15.2f} "
+                         f"{100 * c['spread']:6.1f}% {c['first_call_ratio']:10.2f}")
     return "\n".join(lines)
 
 
@@ -71,27 +141,78 @@ def compare(a: dict, b: dict) -> str:
                          f"{r['median_s'] / ra['median_s']:6.2f}")
     if not shared:
         lines.append("(no workload/system pair in common)")
+    ca = {(c["workload"], c["system"]): c for c in record_check_costs(a)}
+    both = [(ca[(c["workload"], c["system"])], c) for c in record_check_costs(b)
+            if (c["workload"], c["system"]) in ca]
+    if both:
+        lines += ["", f"check cost ({DEFAULT} / {PROMISE}, paired rounds) in A and B",
+                  f"{'workload':<8} {'system':<18} {'A':>6} {'B':>6} {'1st A':>6} {'1st B':>6}"]
+        for ca_, cb in both:
+            lines.append(f"{cb['workload']:<8} {cb['system']:<18} {ca_['ratio']:6.2f} "
+                         f"{cb['ratio']:6.2f} {ca_['first_call_ratio']:6.2f} "
+                         f"{cb['first_call_ratio']:6.2f}")
     return "\n".join(lines)
 
 
-def plot(record: dict, out: str) -> None:
-    """Bars of ratio-to-best per workload and system (needs matplotlib)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    workloads = list(dict.fromkeys(r["workload"] for r in record["results"]))
-    systems = list(dict.fromkeys(r["system"] for r in record["results"]))
-    val = {(r["workload"], r["system"]): r["ratio_to_best"] for r in record["results"]}
-    fig, ax = plt.subplots(figsize=(max(8, len(workloads) * 1.4), 5))
+def figure(record: dict):
+    """The record as a matplotlib Figure (needs matplotlib; no pyplot state).
+
+    Top: median time over the best system's, per workload and system, on a log
+    axis, so that a 200x on a tiny workload does not flatten the 1.2x elsewhere.
+    Below, where the record has both modes: the check cost (default / promise)
+    per workload, steady state and first call, on a log axis too.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    def times(y, _pos):
+        return f"{y:g}x"
+
+    results = record["results"]
+    workloads = list(dict.fromkeys(r["workload"] for r in results))
+    systems = list(dict.fromkeys(r["system"] for r in results))
+    val = {(r["workload"], r["system"]): r["ratio_to_best"] for r in results}
+    costs = record_check_costs(record)
+    fig = Figure(figsize=(max(8, len(workloads) * 1.4), 8 if costs else 5))
+    axes = fig.subplots(2 if costs else 1, 1, squeeze=False)[:, 0]
+    ax = axes[0]
     width = 0.8 / len(systems)
     for j, s in enumerate(systems):
         xs = [i + j * width for i, w in enumerate(workloads) if (w, s) in val]
         ys = [val[(w, s)] for w in workloads if (w, s) in val]
         ax.bar(xs, ys, width, label=s)
+    ax.set_yscale("log")
+    top = max(val.values())
+    ax.set_ylim(0.9, max(2.0, top * 1.5))
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(workloads))], workloads)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_ylabel("median time / best system (lower is better)")
+    ax.set_ylabel("median time / best system (log; lower is better)")
     ax.set_title(f"xgather bench on {record['device']['kind']} ({record['date']})")
     ax.legend(fontsize=7, ncol=2)
+    if costs:
+        ax = axes[1]
+        names = [f"{c['workload']} {c['system'][len(DEFAULT):]}".strip() for c in costs]
+        xs = range(len(costs))
+        ax.bar([x - 0.2 for x in xs], [c["ratio"] for c in costs], 0.4,
+               label="steady state (median of per-round ratios)")
+        ax.bar([x + 0.2 for x in xs], [c["first_call_ratio"] for c in costs], 0.4,
+               label="first call (trace, compile, run)")
+        ax.set_yscale("log")
+        ax.set_ylim(min(0.9, 0.9 * min(min(c["ratio"], c["first_call_ratio"]) for c in costs)),
+                    max(2.0, 1.5 * max(max(c["ratio"], c["first_call_ratio"]) for c in costs)))
+        ax.set_xticks(list(xs), names)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_ylabel(f"{DEFAULT} / {PROMISE} (log)")
+        ax.set_title("check cost: the spec's default mode over promise_in_bounds")
+        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(times))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, pos: ""))
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    return fig
+
+
+def plot(record: dict, out: str) -> None:
+    """Write :func:`figure` to ``out`` (PNG, SVG, PDF: by the file's extension)."""
+    figure(record).savefig(out, dpi=120)

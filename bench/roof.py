@@ -6,11 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from bench import stats
+from . import stats
 
 
 def jax_copy_gbps(device, nbytes: int, rounds: int = 7) -> float:
-    """Read + write bandwidth of ``x + 1`` on ``device`` (a pass XLA cannot elide)."""
+    """Read + write bandwidth of ``x + 1`` on ``device`` (a device-to-device pass XLA
+    cannot elide)."""
     import jax
     x = jax.device_put(np.ones(nbytes // 4, np.float32), device)
     f = jax.jit(lambda a: a + 1)
@@ -38,4 +39,35 @@ def numpy_copy_gbps(nbytes: int, threads: int, rounds: int = 7) -> float:
     t = stats.median([stats.time_batch(copy, 3) for _ in range(rounds)])
     if pool:
         pool.shutdown()
+    return 2 * nbytes / t / 1e9
+
+
+def torch_cuda_copy_gbps(nbytes: int, rounds: int = 7) -> float:
+    """Read + write bandwidth of ``dst.copy_(src)`` between two buffers on the GPU."""
+    import torch
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+
+    def copy():
+        dst.copy_(src)
+        torch.cuda.synchronize()
+
+    copy()
+    t = stats.median([stats.time_batch(copy, 3) for _ in range(rounds)])
+    return 2 * nbytes / t / 1e9
+
+
+def cupy_copy_gbps(nbytes: int, rounds: int = 7) -> float:
+    """Read + write bandwidth of ``cupy.copyto`` between two buffers on the GPU."""
+    import cupy
+    src = cupy.ones(nbytes // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    sync = cupy.cuda.Device().synchronize
+
+    def copy():
+        cupy.copyto(dst, src)
+        sync()
+
+    copy()
+    t = stats.median([stats.time_batch(copy, 3) for _ in range(rounds)])
     return 2 * nbytes / t / 1e9

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from bench import stats
+from . import stats
 
 _BYTES = {"f32": 4, "s32": 4, "f16": 2, "bf16": 2, "s64": 8, "f64": 8, "pred": 1, "u32": 4}
 

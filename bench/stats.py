@@ -74,6 +74,22 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[st
     return samples
 
 
+def paired_ratio(a, b) -> float:
+    """Median over rounds of ``a[k] / b[k]``: samples of two systems from the same rounds.
+
+    Noise that hits a round hits both systems in it, so the per-round ratio cancels
+    it where the ratio of the two medians would not.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples need the same number of rounds: {len(a)}, {len(b)}")
+    return median([x / y for x, y in zip(a, b, strict=True)])
+
+
+def paired_spread(a, b) -> float:
+    """Relative interquartile range of the per-round ratios ``a[k] / b[k]``."""
+    return spread([x / y for x, y in zip(a, b, strict=True)])
+
+
 def ratios_to_best(medians: dict[str, float]) -> dict[str, float]:
     best = min(medians.values())
     return {k: v / best for k, v in medians.items()}

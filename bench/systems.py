@@ -3,6 +3,11 @@
 Each builder returns a zero-argument callable that runs the workload once and
 blocks until the result is ready, or ``None`` where the system has no such
 op. Peers that are not installed are reported by :func:`available` and skipped.
+
+On a GPU the peers are those on the same GPU (torch on CUDA, CuPy), reading
+device-resident copies of the same data; :func:`gpu_peers` says why one is
+skipped. The host peers (numpy, onnxruntime, OpenVINO, torch on the CPU) then
+run only where ``--systems`` names them.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ def available() -> dict[str, bool]:
             for name in ("onnx", "onnxruntime", "openvino", "torch")}
     have["onnxruntime"] &= have.pop("onnx")
     return have
+
+
+def import_peers(peers: dict[str, bool], chosen: set[str] | None) -> None:
+    """Import the installed peers that will run (``chosen``: None for all)."""
+    for name, ok in peers.items():
+        if ok and (chosen is None or name in chosen):
+            importlib.import_module(name)
 
 
 # -- JAX: xgather and the hand-written lax.gather ---------------------------------------------
@@ -200,7 +212,7 @@ def openvino_runner(w, data, idx, threads: int) -> Runner | None:
 
 def torch_runner(w, data, idx, threads: int) -> Runner:
     import torch
-    d, i = torch.from_numpy(data), torch.from_numpy(idx)
+    d, i = _torch_tensor(data, "cpu"), torch.from_numpy(idx)
 
     def with_threads(fn):
         def run():
@@ -232,14 +244,142 @@ def torch_runner(w, data, idx, threads: int) -> Runner:
     return grad
 
 
+# -- Peers on the same GPU --------------------------------------------------------------------
+
+GPU_PEERS = ("torch-cuda", "cupy")
+
+
+def gpu_peers() -> dict[str, str | None]:
+    """``{GPU peer: None}`` where it can run here, else ``{GPU peer: why not}``."""
+    out: dict[str, str | None] = {}
+    if importlib.util.find_spec("torch") is None:
+        out["torch-cuda"] = "torch is not installed"
+    else:
+        import torch
+        out["torch-cuda"] = None if torch.cuda.is_available() else (
+            "torch.cuda.is_available() is False (no CUDA device, or a CPU-only torch)")
+    if importlib.util.find_spec("cupy") is None:
+        out["cupy"] = "cupy is not installed (pip install cupy-cuda12x or cupy-cuda13x)"
+    else:
+        try:
+            import cupy
+            n = cupy.cuda.runtime.getDeviceCount()
+            out["cupy"] = None if n else "cupy sees no CUDA device"
+        except Exception as e:  # CUDA driver or runtime missing: CuPy raises its own kinds
+            out["cupy"] = f"cupy cannot reach a CUDA device: {type(e).__name__}: {e}"
+    return out
+
+
+def _torch_tensor(a, device):
+    import torch
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: same bits, no torch.from_numpy
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(a).to(device)
+
+
+def torch_cuda_runner(w, data, idx, embedding: bool = False, device: str = "cuda"
+                      ) -> Runner | None:
+    """The workload on the GPU in torch; ``embedding``: ``F.embedding`` and its backward.
+
+    The data and indices are copied to the GPU once; each call synchronizes.
+    ``device="cpu"`` runs the same code on the CPU (for tests without a GPU).
+    """
+    import torch
+    import torch.nn.functional as F
+    dev = torch.device(device)
+    d, i = _torch_tensor(data, dev), _torch_tensor(idx, dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    if embedding and not (w.op == "grad" or (w.op == "onnx.gather" and w.axis == 0
+                                             and d.ndim == 2 and i.ndim == 1)):
+        return None
+
+    def no_grad(fn):
+        def run():
+            with torch.no_grad():
+                out = fn()
+            sync()
+            return out
+        return run
+
+    if w.op == "grad":
+        leaf = d.clone().requires_grad_(True)
+        take = (lambda x: F.embedding(i, x)) if embedding else (
+            lambda x: torch.index_select(x, 0, i))
+
+        def grad():
+            leaf.grad = None
+            (take(leaf) ** 2).sum().backward()
+            sync()
+            return leaf.grad
+        return grad
+    if embedding:
+        return no_grad(lambda: F.embedding(i, d))
+    if w.op == "onnx.gather":
+        return no_grad(lambda: torch.index_select(d, w.axis % d.ndim, i))
+    if w.op == "onnx.gather_elements":
+        return no_grad(lambda: torch.gather(d, w.axis, i))
+    if w.op == "onnx.gather_nd" and not w.batch_dims:
+        cols = tuple(i[..., j] for j in range(i.shape[-1]))
+        return no_grad(lambda: d[cols])
+    b = torch.arange(d.shape[0], device=dev)[:, None]
+    if w.op == "onnx.gather_nd":  # batch_dims=1, one index per row
+        return no_grad(lambda: d[b, i[..., 0]])
+    return no_grad(lambda: d[b, i])  # openvino.gather7, batch_dims=1, axis=1
+
+
+def cupy_runner(w, data, idx) -> Runner | None:
+    """The workload on the GPU in CuPy (``take``, ``take_along_axis``, indexing, scatter_add)."""
+    import cupy
+    if data.dtype.name == "bfloat16":
+        return None  # CuPy has no bfloat16
+    d, i = cupy.asarray(data), cupy.asarray(idx)
+    sync = cupy.cuda.Device().synchronize
+
+    def synced(fn):
+        def run():
+            out = fn()
+            sync()
+            return out
+        return run
+
+    if w.op == "onnx.gather":
+        return synced(lambda: cupy.take(d, i, axis=w.axis))
+    if w.op == "onnx.gather_elements":
+        return synced(lambda: cupy.take_along_axis(d, i, axis=w.axis))
+    if w.op == "onnx.gather_nd" and not w.batch_dims:
+        cols = tuple(i[..., j] for j in range(i.shape[-1]))
+        return synced(lambda: d[cols])
+    if w.op == "grad":
+        import cupyx
+
+        def grad():
+            g = cupy.zeros_like(d)
+            cupyx.scatter_add(g, i, 2 * cupy.take(d, i, axis=0))
+            return g
+        return synced(grad)
+    b = cupy.arange(d.shape[0])[:, None]
+    if w.op == "onnx.gather_nd":
+        return synced(lambda: d[b, i[..., 0]])
+    return synced(lambda: d[b, i])
+
+
 def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None):
-    """``{system name: runner}`` for every system that has this workload."""
+    """``{system name: runner}`` for every system that has this workload.
+
+    ``peers``: which peers can run (:func:`available`, and on a GPU
+    :data:`GPU_PEERS` from :func:`gpu_peers`); ``systems``: the names chosen (None:
+    all that can run; on a GPU, the host peers only where named).
+    """
     n = cores()
     threads = sorted({1, n})
     out: dict[str, Runner] = {}
+    on_gpu = getattr(device, "platform", "cpu") == "gpu"
 
     def want(name):
         return systems is None or name.split(" ")[0] in systems or name in systems
+
+    def want_host(name):  # a peer on the host: on a GPU only where named
+        return want(name) and not (on_gpu and (systems is None or name not in systems))
 
     if want("xgather") or want("lax"):
         d, i = jax_inputs(data, idx, device)
@@ -250,13 +390,21 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
                                                  negative_indices=False)
     if want("lax"):
         out["lax"] = lax_runner(w, d, i)
-    if want("numpy"):
+    if want_host("numpy"):
         out["numpy"] = numpy_runner(w, data, idx)
     for name, make in (("onnxruntime", ort_runner), ("openvino", openvino_runner),
                        ("torch", torch_runner)):
-        if peers.get(name) and want(name):
+        if peers.get(name) and want_host(name):
             for t in threads:
                 r = make(w, data, idx, t)
                 if r is not None:
                     out[f"{name} {t}t"] = r
+    if on_gpu:
+        made = {}
+        if peers.get("torch-cuda") and want("torch-cuda"):
+            made["torch-cuda"] = torch_cuda_runner(w, data, idx)
+            made["torch-cuda embedding"] = torch_cuda_runner(w, data, idx, embedding=True)
+        if peers.get("cupy") and want("cupy"):
+            made["cupy"] = cupy_runner(w, data, idx)
+        out.update({k: r for k, r in made.items() if r is not None})
     return out

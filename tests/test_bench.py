@@ -5,14 +5,15 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from bench import record, stats, systems
-from bench.workloads import WORKLOADS
+from xgather_bench import record, stats, systems
+from xgather_bench.workloads import HOT_ROWS, WORKLOADS, default_keys, default_size
 
 
 def test_statistics():
@@ -47,19 +48,57 @@ def test_interleaved_rounds_visit_every_system_each_round():
     assert [len(v) for v in samples.values()] == [12] * 4
 
 
-def _record():
-    res = lambda w, s, m: {"workload": w, "title": "t", "system": s,  # noqa: E731
-                           "samples_s": [m, m], "median_s": m, "spread": 0.0, "gbps": 1.0,
-                           "pct_roof": 10.0, "ratio_to_best": 1.0, "first_call_s": 0.1,
-                           "reps": 1}
-    return {"schema": record.SCHEMA, "date": "2026-11-22T00:00:00+00:00", "size": "quick",
-            "device": {"kind": "cpu", "platform": "cpu", "cores": 2},
-            "roof": {"jax copy (cpu)": 10.0}, "versions": {}, "environment": {},
-            "allocator": {}, "results": [res("W1", "xgather", 2e-3), res("W1", "lax", 1e-3)]}
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    # A slow round (noise) hits both systems; the default is 2x promise in every
+    # round but the last. The ratio of the medians (3 / 3) would say 1.
+    default, promise = [2.0, 20.0, 3.0], [1.0, 10.0, 3.0]
+    assert stats.paired_ratio(default, promise) == 2.0
+    assert stats.median(default) / stats.median(promise) == 1.0
+    assert stats.paired_spread([2.0, 4.0, 6.0], [1.0, 2.0, 3.0]) == 0.0
+    with pytest.raises(ValueError, match="same number of rounds: 2, 3"):
+        stats.paired_ratio([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def _res(w, s, samples, first=0.1):
+    return {"workload": w, "title": "t", "system": s, "samples_s": samples,
+            "median_s": stats.median(samples), "spread": 0.0, "gbps": 1.0, "pct_roof": 10.0,
+            "ratio_to_best": 1.0, "first_call_s": first, "reps": 1}
+
+
+def _record(schema=record.SCHEMA):
+    results = [_res("W1", "xgather", [2e-3, 2e-3]), _res("W1", "lax", [1e-3, 1e-3])]
+    rec = {"schema": schema, "date": "2026-11-22T00:00:00+00:00", "size": "quick",
+           "device": {"kind": "cpu", "platform": "cpu", "backend": "cpu", "cores": 2},
+           "roof": {"jax copy (cpu)": 10.0}, "versions": {}, "environment": {},
+           "allocator": {}, "results": results}
+    if schema != "xgather-bench/1":
+        rec["check_cost"] = record.check_costs(results)
+    return rec
+
+
+def test_check_cost_pairs_default_and_promise_of_the_same_workload_and_setting():
+    results = [_res("W1", "xgather", [3.0, 30.0, 2.0], first=0.5),
+               _res("W1", "xgather[promise]", [1.0, 10.0, 2.0], first=0.1),
+               _res("W2", "xgather @keep", [4.0, 4.0], first=0.3),
+               _res("W2", "xgather[promise] @keep", [2.0, 1.0], first=0.3),
+               _res("W2", "xgather[promise] @default", [8.0, 8.0]),
+               _res("W3", "xgather", [1.0]), _res("W3", "lax", [1.0])]
+    costs = {(c["workload"], c["system"]): c for c in record.check_costs(results)}
+    assert set(costs) == {("W1", "xgather"), ("W2", "xgather @keep")}
+    w1, w2 = costs["W1", "xgather"], costs["W2", "xgather @keep"]
+    assert (w1["baseline"], w1["ratio"], w1["rounds"]) == ("xgather[promise]", 3.0, 3)
+    assert w1["first_call_ratio"] == pytest.approx(5.0)
+    assert (w2["baseline"], w2["ratio"], w2["first_call_ratio"]) == (
+        "xgather[promise] @keep", 3.0, 1.0)
+    # ratios 2 and 4: inclusive quartiles 2.5 and 3.5, median 3
+    assert w2["spread"] == pytest.approx((3.5 - 2.5) / 3.0)
 
 
 def test_schema_accepts_a_record_and_rejects_a_broken_one(tmp_path):
     rec = _record()
+    rec["results"].append(_res("W1", "xgather[promise]", [1e-3, 5e-4], first=0.05))
+    rec["check_cost"] = record.check_costs(rec["results"])
+    assert [c["ratio"] for c in rec["check_cost"]] == [3.0]
     path = tmp_path / "r.json"
     record.save(rec, path)
     assert record.load(path) == rec
@@ -67,10 +106,30 @@ def test_schema_accepts_a_record_and_rejects_a_broken_one(tmp_path):
     del broken["results"][0]["median_s"]
     with pytest.raises(ValueError, match=r"W1/xgather lacks \['median_s'\]"):
         record.validate(broken)
-    with pytest.raises(ValueError, match="not an xgather-bench/1 record"):
+    with pytest.raises(ValueError, match="not an xgather-bench record"):
         record.validate({**rec, "schema": "other"})
     with pytest.raises(ValueError, match="record lacks 'roof'"):
         record.validate({k: v for k, v in rec.items() if k != "roof"})
+    with pytest.raises(ValueError, match="record lacks 'check_cost'"):
+        record.validate({k: v for k, v in rec.items() if k != "check_cost"})
+    broken = copy.deepcopy(rec)
+    del broken["check_cost"][0]["first_call_ratio"]
+    with pytest.raises(ValueError, match=r"check_cost W1/xgather lacks \['first_call_ratio'\]"):
+        record.validate(broken)
+
+
+def test_a_version_1_record_still_loads_and_shows_its_check_cost(tmp_path):
+    old = _record("xgather-bench/1")
+    old["results"].append(_res("W1", "xgather[promise]", [1e-3, 1e-3]))
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    loaded = record.load(path)
+    assert "check_cost" not in loaded
+    text = record.table(loaded)
+    (line,) = [ln for ln in text.splitlines()[text.splitlines().index(""):]
+               if ln.startswith("W1")]
+    assert line.split()[3:] == ["2.00", "0.0%", "1.00"]
+    assert "W1       xgather" in record.compare(loaded, _record())
 
 
 def test_compare_gives_b_over_a():
@@ -84,6 +143,16 @@ def test_compare_gives_b_over_a():
     assert "no workload/system pair in common" in record.compare(a, b)
 
 
+def test_compare_shows_the_check_cost_of_both_records():
+    a, b = _record(), _record()
+    for rec, promise in ((a, [1e-3, 1e-3]), (b, [2e-3, 1e-3])):
+        rec["results"].append(_res("W1", "xgather[promise]", promise))
+        rec["check_cost"] = record.check_costs(rec["results"])
+    text = record.compare(a, b)
+    block = text.split("\n\n")[1].splitlines()
+    assert block[-1].split() == ["W1", "xgather", "2.00", "1.50", "1.00", "1.00"]
+
+
 def test_table_lists_every_result():
     text = record.table(_record())
     assert "W1 t" in text and text.count("\n") == 3
@@ -93,9 +162,11 @@ def test_missing_peers_are_skipped():
     import jax
     w = WORKLOADS["W8"]
     data, idx = w.arrays("quick")
-    fns = systems.build(w, data, idx, jax.devices()[0],
+    device = jax.devices()[0]
+    fns = systems.build(w, data, idx, device,
                         {"onnxruntime": False, "openvino": False, "torch": False}, None)
-    assert set(fns) == {"xgather", "xgather[promise]", "lax", "numpy"}
+    host = {"numpy"} if device.platform == "cpu" else set()  # on a GPU: only where named
+    assert set(fns) == {"xgather", "xgather[promise]", "lax"} | host
 
 
 @pytest.mark.parametrize("key", sorted(WORKLOADS))
@@ -104,46 +175,61 @@ def test_every_system_computes_the_same_result(key):
     import jax
     w = WORKLOADS[key]
     data, idx = w.arrays("tiny")
-    fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), None)
-    want = np.asarray(fns.pop("numpy")())
+    named = {"xgather", "lax", "numpy", "onnxruntime", "openvino", "torch"}
+    fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), named)
+    want = _as_f32(fns.pop("numpy")())
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
     for name, fn in fns.items():
         out = fn()
         if name.startswith("onnxruntime"):
             out = out[0]
         elif name.startswith("openvino"):
             out = next(iter(out.values()))
-        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(_as_f32(out), want, rtol=tol, atol=tol, err_msg=name)
+
+
+def _as_f32(out):
+    """A system's output as a float32 NumPy array (torch's bfloat16 has no NumPy view)."""
+    if type(out).__module__.startswith("torch"):
+        out = out.float().cpu().numpy()
+    elif type(out).__module__.startswith("cupy"):
+        out = out.get()
+    return np.asarray(out).astype(np.float32)
 
 
 @pytest.mark.slow
 def test_quick_run_end_to_end(tmp_path):
     out = tmp_path / "run.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeats", "3",
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--repeats", "3",
                            "--json", str(out)], capture_output=True, text=True, env=env,
                           check=True, timeout=600)
     rec = record.load(out)
-    assert {r["workload"] for r in rec["results"]} == set(WORKLOADS)
+    assert {r["workload"] for r in rec["results"]} == set(default_keys("cpu"))
     assert {"xgather", "xgather[promise]", "lax", "numpy"} <= {r["system"] for r in
                                                                rec["results"]}
     assert all(len(r["samples_s"]) == 3 and r["median_s"] > 0 for r in rec["results"])
     assert "W10 GatherElements" in proc.stdout
     for name, ok in systems.available().items():
         assert (f"skipping {name}" in proc.stderr) != ok
-    cmp = subprocess.run([sys.executable, "-m", "bench", "compare", str(out), str(out)],
+    cmp = subprocess.run([sys.executable, "-m", "xgather_bench", "compare", str(out), str(out)],
                          capture_output=True, text=True, check=True)
-    ratios = [ln.split()[-1] for ln in cmp.stdout.splitlines()[2:]]
+    medians, costs = cmp.stdout.split("\n\n")
+    ratios = [ln.split()[-1] for ln in medians.splitlines()[2:]]
     assert ratios == ["1.00"] * len(rec["results"])
+    assert {c["workload"] for c in rec["check_cost"]} == set(default_keys("cpu"))
+    assert len(costs.splitlines()) == 2 + len(default_keys("cpu"))
+    assert "check cost: xgather (the spec's default) / xgather[promise]" in proc.stdout
     pytest.importorskip("matplotlib")
     png = tmp_path / "r.png"
-    subprocess.run([sys.executable, "-m", "bench", "plot", str(out), "--out", str(png)],
+    subprocess.run([sys.executable, "-m", "xgather_bench", "plot", str(out), "--out", str(png)],
                    check=True, capture_output=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.loads(out.read_text())
 
 
 def test_collective_bytes_parses_compiled_hlo():
-    from bench.sharded import collective_bytes
+    from xgather_bench.sharded import collective_bytes
     hlo = ("%ag = s32[256]{0} all-gather(s32[32]{0} %p), dimensions={0}\n"
            "%rs = f32[32,64]{1,0} reduce-scatter(f32[256,64]{1,0} %x), dimensions={0}\n"
            "%ar-start = f32[4]{0} all-reduce-start(f32[4]{0} %y)\n")
@@ -152,7 +238,7 @@ def test_collective_bytes_parses_compiled_hlo():
 
 @pytest.mark.slow
 def test_sharded_bench_quick():
-    proc = subprocess.run([sys.executable, "-m", "bench", "sharded", "--quick"],
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "sharded", "--quick"],
                           capture_output=True, text=True, check=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     lines = {ln.split("  ")[0].strip(): ln for ln in proc.stdout.splitlines()[2:]}
@@ -164,9 +250,201 @@ def test_sharded_bench_quick():
 @pytest.mark.slow
 def test_allocator_both_runs_each_setting_in_its_own_process(tmp_path):
     out = tmp_path / "both.json"
-    subprocess.run([sys.executable, "-m", "bench", "--workloads", "W8", "--systems", "lax",
+    subprocess.run([sys.executable, "-m", "xgather_bench", "--workloads", "W8", "--systems", "lax",
                     "--repeats", "2", "--allocator", "both", "--json", str(out)],
                    capture_output=True, text=True, check=True, timeout=600)
     rec = record.load(out)
     assert sorted(r["system"] for r in rec["results"]) == ["lax @default", "lax @keep"]
     assert min(r["ratio_to_best"] for r in rec["results"]) == 1.0
+
+
+@pytest.mark.slow
+def test_wheel_installs_the_bench_as_xgather_bench(tmp_path):
+    """No top-level ``bench`` package in the wheel: it would shadow a user's own module."""
+    import importlib.metadata
+    import shutil
+    import zipfile
+    try:
+        ok = int(importlib.metadata.version("setuptools").split(".")[0]) >= 68
+    except importlib.metadata.PackageNotFoundError:
+        ok = False
+    if not ok:
+        pytest.skip("needs setuptools>=68 in this environment (the build runs offline)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(os.path.join(root, "pyproject.toml"), src)
+    shutil.copy(os.path.join(root, "README.md"), src)
+    for d in ("xgather", "bench"):
+        shutil.copytree(os.path.join(root, d), src / d,
+                        ignore=shutil.ignore_patterns("__pycache__", "results"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "whl"), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "whl").glob("xgather-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert "bench" not in top
+    assert {"xgather", "xgather_bench"} <= top
+    assert "xgather_bench/__main__.py" in names
+    (ep,) = [n for n in names if n.endswith("entry_points.txt")]
+    assert "xgather-bench = xgather_bench.__main__:main" in zipfile.ZipFile(wheel).read(ep).decode()
+
+
+def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path):
+    """stderr piped (not a terminal): one line per workload, not one per round.
+
+    openvino, where installed, is among the systems: its import starts a telemetry
+    child process, which a fork-based start would make JAX warn about.
+    """
+    chosen = "xgather,lax" + (",openvino" if systems.available()["openvino"] else "")
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
+                           "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table",
+                           "--json", str(out)],
+                          capture_output=True, text=True, check=True, timeout=300)
+    lines = proc.stderr.splitlines()
+    assert "\r" not in proc.stderr
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("[")] == [
+        "[1/2] W8 tiny", "[2/2] W3 last axis"]
+    assert not any(re.search(r"round \d+/|first call of", ln) for ln in lines)
+    assert "os.fork()" not in proc.stderr and "Warning" not in proc.stderr
+    # the record of that run: schema 2, with the check cost and the new device fields
+    rec = record.load(out)
+    assert rec["schema"] == "xgather-bench/2"
+    assert [(c["workload"], c["rounds"]) for c in rec["check_cost"]] == [("W8", 3), ("W3", 3)]
+    assert all(c["ratio"] > 0 and c["first_call_ratio"] > 0 for c in rec["check_cost"])
+    assert rec["workloads"]["W3"] == {"data": [512, 1024], "indices": [512],
+                                      "dtype": "float32", "indices_drawn": "uniform"}
+    dev = rec["device"]
+    assert "platform_version" in dev and dev["backend"] in ("cpu", "gpu", "cuda", "tpu")
+    if dev["platform"] == "cpu":  # a CPU device has no memory_stats; JAX sets nothing
+        assert dev["memory_bytes"] is None
+        assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in rec["environment"]
+    elif dev["platform"] == "gpu":  # (the suite run with JAX_PLATFORMS=cuda)
+        assert dev["memory_bytes"] > 2**30
+        assert rec["environment"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_plot_writes_a_png_with_log_ratio_axes(tmp_path):
+    pytest.importorskip("matplotlib")
+    rec = _record()
+    rec["results"].append(_res("W1", "xgather[promise]", [1e-3, 1e-3], first=0.05))
+    rec["results"].append(dict(_res("W8", "lax", [1e-3, 1e-3]), ratio_to_best=200.0))
+    rec["check_cost"] = record.check_costs(rec["results"])
+    fig = record.figure(rec)
+    ratios, cost = fig.axes
+    assert ratios.get_yscale() == "log" and cost.get_yscale() == "log"
+    assert ratios.get_ylim()[1] >= 200.0  # W8's 200x is on the axis, not clipped
+    heights = sorted(round(b.get_height(), 6) for b in cost.patches)
+    assert heights == [2.0, 2.0]  # steady 2e-3/1e-3, first call 0.1/0.05
+    png = tmp_path / "r.png"
+    record.plot(rec, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lax_only = _record("xgather-bench/1")  # no promise: one panel
+    assert [ax.get_yscale() for ax in record.figure(lax_only).axes] == ["log"]
+
+
+def test_gpu_sizes_fill_an_h100_and_cpu_sizes_stay():
+    sms, threads_per_sm = 132, 2048
+    for key, w in WORKLOADS.items():
+        if key == "W8":  # tiny by design: the dispatch floor
+            assert w.shapes("gpu") == w.shapes("default")
+            continue
+        dshape, _ = w.shapes("gpu")
+        assert int(np.prod(dshape)) * w.np_dtype().itemsize >= 2**30, key
+        assert w.output_elements("gpu") >= sms * threads_per_sm, key
+    assert default_size("gpu") == "gpu" and default_size("cpu") == "default"
+    # the CPU sizes, as before
+    assert WORKLOADS["W1"].shapes("default") == ((50000, 512), (8192,))
+    assert WORKLOADS["W10"].shapes("quick") == ((256, 1024), (256, 1024))
+    assert default_keys("cpu") == [f"W{i}" for i in range(1, 11)]
+    assert default_keys("gpu") == default_keys("cpu") + ["W9r", "W9u", "W9r-bf16", "W9u-bf16"]
+
+
+def test_gradient_variants_draw_repeated_or_unique_rows():
+    import ml_dtypes
+    for key in ("W9r", "W9r-bf16"):
+        data, idx = WORKLOADS[key].arrays("default")
+        assert len(np.unique(idx)) == HOT_ROWS and idx.size == 8192
+    for key in ("W9u", "W9u-bf16"):
+        data, idx = WORKLOADS[key].arrays("default")
+        assert len(np.unique(idx)) == idx.size == 8192
+    assert WORKLOADS["W9r-bf16"].arrays("quick")[0].dtype == ml_dtypes.bfloat16
+    assert WORKLOADS["W9r-bf16"].moved_bytes("quick") == 2 * (2 * 1024 * 512 * 2 + 1024 * 8)
+
+
+def _fake_gpu():
+    import types
+    return types.SimpleNamespace(platform="gpu")
+
+
+def test_gpu_peers_are_skipped_with_a_reason_without_cuda():
+    reasons = systems.gpu_peers()
+    if not any(reasons.values()):
+        pytest.skip("a GPU peer can run here")
+    assert set(reasons) == set(systems.GPU_PEERS)
+    for name, why in reasons.items():
+        if why:
+            assert re.search("cuda|cupy", why, re.I), (name, why)
+    w = WORKLOADS["W1"]
+    data, idx = w.arrays("tiny")
+    ok = {name: why is None for name, why in reasons.items()}
+    assert systems.build(w, data, idx, _fake_gpu(), ok, {"torch-cuda", "cupy"}).keys() <= {
+        name for name, usable in ok.items() if usable}
+
+
+def test_on_a_gpu_host_peers_run_only_where_named_and_on_a_cpu_no_gpu_peer():
+    w = WORKLOADS["W1"]
+    data, idx = w.arrays("tiny")
+    none = {"onnxruntime": False, "openvino": False, "torch": False, "torch-cuda": False,
+            "cupy": False}
+    assert set(systems.build(w, data, idx, _fake_gpu(), none, {"numpy", "cupy"})) == {"numpy"}
+    assert set(systems.build(w, data, idx, _fake_gpu(), none, {"torch-cuda"})) == set()
+    import types
+    cpu = types.SimpleNamespace(platform="cpu")
+    claims = {**none, "torch-cuda": True, "cupy": True}  # ignored on a CPU device
+    assert set(systems.build(w, data, idx, cpu, claims, {"numpy", "torch-cuda", "cupy"})) == {
+        "numpy"}
+
+
+def _gpu_device():
+    import jax
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:
+        return None
+
+
+@pytest.mark.skipif(not any(why is None for why in systems.gpu_peers().values()),
+                    reason="needs torch with CUDA or CuPy on a GPU")
+@pytest.mark.parametrize("key", sorted(WORKLOADS))
+def test_gpu_peers_compute_the_same_result(key):
+    """On a GPU: torch-cuda (both ways) and CuPy agree with NumPy on each workload."""
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    ok = {name: why is None for name, why in systems.gpu_peers().items()}
+    device = _gpu_device() or _fake_gpu()
+    fns = systems.build(w, data, idx, device, ok, {"numpy", *systems.GPU_PEERS})
+    want = _as_f32(fns.pop("numpy")())
+    assert fns, "no GPU peer ran"
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
+    for name, fn in fns.items():
+        np.testing.assert_allclose(_as_f32(fn()), want, rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("key", sorted(WORKLOADS))
+def test_the_torch_cuda_peer_code_agrees_with_numpy_on_the_cpu(key):
+    """The torch-cuda peer's code, run on torch's CPU device (no GPU needed)."""
+    if not systems.available()["torch"]:
+        pytest.skip("torch is not installed")
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    want = _as_f32(systems.numpy_runner(w, data, idx)())
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
+    plain = systems.torch_cuda_runner(w, data, idx, device="cpu")
+    np.testing.assert_allclose(_as_f32(plain()), want, rtol=tol, atol=tol)
+    emb = systems.torch_cuda_runner(w, data, idx, embedding=True, device="cpu")
+    assert (emb is not None) == (key in ("W1", "W8") or w.op == "grad")
+    if emb is not None:
+        np.testing.assert_allclose(_as_f32(emb()), want, rtol=tol, atol=tol)

@@ -138,8 +138,8 @@ BAD = [
      r"^openvino\.Gather-8: batch_dims \(2\) must be <= axis \(1\) after normalisation "
      r"\[data\.shape=\(2, 3, 4\), indices\.shape=\(2, 3\)\]"),
     ("batch-dims-range", lambda: ov.gather(np.zeros((2, 3)), np.zeros((2, 3), np.int32), 1, -3),
-     r"batch_dims must be in \[-min\(data\.ndim, indices\.ndim\), min\(data\.ndim, "
-     r"indices\.ndim\)\] = \[-2, 2\]; got batch_dims=-3"),
+     r"batch_dims must be in \[0, min\(data\.ndim, indices\.ndim\)\] = \[0, 2\] after a "
+     r"negative one is normalised by indices\.ndim \(2\); got batch_dims=-3 \(normalised -1\)"),
     ("batch-mismatch", lambda: ov.gather(np.zeros((2, 3)), np.zeros((3, 2), np.int32), 1, 1),
      r"the first batch_dims=1 dimensions of data and indices must be equal; got \(2,\) and \(3,\)"),
     ("v1-batch-dims", lambda: ov.gather(np.zeros((2, 3)), np.zeros((2, 1), np.int32), 1, 1,
@@ -160,6 +160,28 @@ BAD = [
     ("elements-float", lambda: ov.gather_elements(np.zeros((2, 3)), np.zeros((2, 3)), 0),
      r"openvino\.GatherElements-6: indices must be .*; got float64"),
 ]
+
+
+# batch_dims below -min(r, q): the spec text's range [-min(r, q), min(r, q)] rejects them,
+# but the runtime normalises by indices.ndim first (b' = q + b) and checks b' after.
+@pytest.mark.parametrize("version", [7, 8])
+@pytest.mark.parametrize("dshape, ishape, axis, b", [
+    ((2, 3), (1, 1, 1, 2), 1, -4),     # r=2, q=4: b' = 0
+    ((2, 3), (2, 1, 1, 2), 1, -3),     # b' = 1 <= axis
+    ((2, 3, 4), (2, 3, 1, 1, 2), 2, -4),  # r=3, q=5: b' = 1
+    ((2, 3, 4), (2, 3, 1, 1, 2), -1, -3),  # b' = 2 = axis
+], ids=["b'0", "b'1", "r3-b'1", "r3-b'2"])
+def test_gather_batch_dims_normalised_by_indices_rank(version, dshape, ishape, axis, b):
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    s = dshape[axis]
+    idx = rng.integers(0 if version == 7 else -s, s, ishape).astype(np.int32)
+    want = ref.gather(data, idx, axis, len(ishape) + b)
+    got = ov.gather(data, idx, axis, b, version=version)
+    assert_same(got, want)
+    assert_same(got, ov_oracle.run("Gather", version, data, idx, axis=axis, batch_dims=b))
+    plan = xgather.explain(ov.gather, data, idx, axis, b, version=version)
+    assert plan.batch_dims == len(ishape) + b
 
 
 @pytest.mark.parametrize("call, pattern", [pytest.param(*b[1:], id=b[0]) for b in BAD])
@@ -189,7 +211,8 @@ def gather_case(draw, version):
     seed = draw(st.integers(0, 2**31 - 1))
     idx = np.random.default_rng(seed).integers(lo, hi, ishape).astype(np.int32)
     data = np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32)
-    neg_b = draw(st.booleans()) and version != 1 and b - q >= -min(r, q)
+    # Any b - q: the runtime normalises by indices.ndim first (below -min(r, q) included).
+    neg_b = draw(st.booleans()) and version != 1
     return data, idx, axis - (r if draw(st.booleans()) else 0), (b - q if neg_b else b)
 
 

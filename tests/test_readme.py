@@ -40,3 +40,13 @@ def test_many_devices_example_runs():
     ns: dict = {}
     exec(compile(block, "README-many-devices", "exec"), ns)
     assert ns["rows"].shape == (1024, 256)
+
+
+def test_onnx_models_example_runs():
+    block = next(b for b in BLOCKS if "from_node" in b)
+    ns: dict = {}
+    exec(compile(block, "README-onnx-models", "exec"), ns)
+    data = ns["np"].arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(ns["f"](data, np.array([-1, 0])), [[2.0, 0.0], [5.0, 3.0]])
+    np.testing.assert_array_equal(ns["out"], np.ones((2, 2), np.float32))
+    assert ns["out"].dtype == np.float32

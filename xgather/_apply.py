@@ -6,19 +6,29 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
 from xgather import _dtypes, _grad, _modes
 from xgather._errors import OutOfBoundsError, fail
+from xgather import _plan
 from xgather._plan import Plan
 
 
 def prepare(plan: Plan, mode: str, indices):
-    """Bound check (``"error"``), negative wrap and 64-bit narrowing, on the whole ``indices``."""
+    """Bound check (``"error"``), negative wrap and 64-bit narrowing, on the whole ``indices``.
+
+    Where the gather copies several elements per index (``plan.wrap_pass ==
+    "separate"``), the wrapped indices are computed in a pass of their own
+    (see :func:`xgather._modes.wrap_apart`) instead of inside the gather,
+    where XLA would redo the wrap for every element copied.
+    """
     indices = _modes.widen(indices)
     if mode == "error":
         _modes.check(plan, indices)
+    if plan.wrap_pass == "separate":
+        return _modes.narrow(plan, _modes.wrap_apart(plan, indices))
     return _modes.narrow(plan, _modes.wrap(plan, indices))
 
 
@@ -76,6 +86,36 @@ def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], grad=N
     return jax.jit(body)
 
 
+@functools.lru_cache(maxsize=2048)
+def flagged(plan: Plan, fill_value, hints: tuple[bool, bool], grad=None):
+    """``"error"`` on concrete device indices: one jitted function returning ``(bad, out)``.
+
+    ``bad`` is true if some index lies outside the spec's range; ``out`` is
+    the gather with the indices as given (XLA keeps stray reads in bounds).
+    The caller reads ``bad`` and reports the first bad index from the
+    indices themselves, so the program carries no report.
+    """
+    def body(data, indices):
+        with jax.named_scope(plan.op):
+            idx = _modes.widen(indices)
+            bad = _modes.any_bad(plan, idx)
+            out = gather_core(plan, "promise_in_bounds", fill_value, data, idx, hints, grad)
+            return bad, out
+    return jax.jit(body)
+
+
+def clear_caches() -> None:
+    """Forget every plan, jitted function and eager call path xgather has cached.
+
+    Needed after tracing under patched JAX functions (an exporter's), so that
+    later calls trace afresh.
+    """
+    for cached in (compiled, flagged, _plan._take_plan, _plan._nd_plan, _plan._elements_plan):
+        cached.cache_clear()
+    from xgather import _frontend
+    _frontend.RUNNERS.clear()
+
+
 def throw(err) -> None:
     """Raise a checkify error as :class:`OutOfBoundsError` with xgather's message."""
     msg = err.get()
@@ -84,7 +124,8 @@ def throw(err) -> None:
         raise OutOfBoundsError(msg)
 
 
-def _scalar(fill_value):
+def scalar(fill_value):
+    """``fill_value`` as a Python scalar (hashable: it keys the jit cache)."""
     if fill_value is None:
         return None
     if hasattr(fill_value, "item"):
@@ -96,12 +137,11 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
         indices_are_sorted: bool = False, unique_indices: bool = False, grad=None):
     """Run ``plan`` on ``data`` and ``indices`` in ``mode``.
 
-    With ``"error"``, concrete indices are checked on the host at once (eager
-    calls, and indices that are constants of a trace); traced indices get a
-    checkify check, and tracing stops with a clear error where nothing will
-    functionalise that check.
+    With ``"error"``, concrete indices are checked at once (see
+    :func:`concrete_runner`); traced indices get a checkify check, and tracing
+    stops with a clear error where nothing will functionalise that check.
     """
-    fill_value = _scalar(fill_value)
+    fill_value = scalar(fill_value)
     hints = (bool(indices_are_sorted), bool(unique_indices))
     if _dtypes.needs_host(data):
         if _dtypes.is_traced(indices):
@@ -116,8 +156,40 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
             fill_value if mode == "fill" else None)
     data = _dtypes.check_data(plan.op, data,
                               {"data": plan.data_shape, "indices": plan.indices_shape})
+    if not _dtypes.is_traced(data, indices):
+        return concrete_runner(plan, mode, fill_value, hints, grad, indices)(data, indices)
     mode = check_now_or_later(plan, mode, indices)
     return compiled(plan, mode, fill_value, hints, grad)(data, indices)
+
+
+def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
+    """``(data, indices) -> result`` for concrete arrays of these shapes and kinds.
+
+    Everything that depends only on the signature is settled here, once, so
+    that a call does no more than its own work; the frontends cache the result
+    per signature. Under ``"error"``, device indices are checked inside the
+    program, which returns a flag beside the result, and NumPy indices are
+    checked on the host before it runs; either way a bad index is reported
+    from the indices themselves (:func:`xgather._modes.host_check`).
+    """
+    if mode != "error":
+        return compiled(plan, mode, fill_value, hints, grad)
+    if isinstance(indices, np.ndarray):
+        gather = compiled(plan, "promise_in_bounds", fill_value, hints, grad)
+
+        def host_checked(data, indices):
+            _modes.host_check(plan, indices)
+            return gather(data, indices)
+        return host_checked
+    gather = flagged(plan, fill_value, hints, grad)
+
+    def device_checked(data, indices):
+        bad, out = gather(data, indices)
+        if np.asarray(bad):
+            _modes.host_check(plan, indices)
+            raise AssertionError(f"{plan.op}: the device flagged an index the host check passed")
+        return out
+    return device_checked
 
 
 def check_now_or_later(plan: Plan, mode: str, indices) -> str:
@@ -137,6 +209,17 @@ def check_now_or_later(plan: Plan, mode: str, indices) -> str:
     return mode
 
 
+def _any_error(err):
+    """True where a checkify ``Error`` holds a failed check (one scalar), or None."""
+    preds = getattr(err, "_pred", None)
+    if not isinstance(preds, dict):
+        return None  # a checkify without the field: report the whole error instead
+    flag = jnp.zeros((), bool)
+    for p in preds.values():
+        flag = flag | jnp.any(p)
+    return flag
+
+
 def checked(fn, *, static_argnums=(), static_argnames=()):
     """``fn`` with xgather's bound checks functionalised, compiled once per input shape.
 
@@ -146,24 +229,43 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     ``jax.grad``/``jax.vmap``; non-array arguments go in ``static_argnums`` /
     ``static_argnames`` as for ``jax.jit``. Use it as the outermost wrapper: it
     reads the error flag on the host after each call.
+
+    Each call runs a program that returns only the result and one flag, so the
+    report (the first bad index, its position, the count) costs nothing while
+    the indices are good. When the flag is set, ``fn`` runs again with the
+    full report (compiled on first use), which the error then shows.
     """
-    cfn = jax.jit(checkify.checkify(fn, errors=checkify.user_checks),
-                  static_argnums=static_argnums, static_argnames=static_argnames)
+    jit_kw = dict(static_argnums=static_argnums, static_argnames=static_argnames)
+    checkified = checkify.checkify(fn, errors=checkify.user_checks)
+    full = jax.jit(checkified, **jit_kw)
+
+    def flag_and_out(*args, **kwargs):
+        err, out = checkified(*args, **kwargs)
+        flag = _any_error(err)
+        return (err if flag is None else flag), out
+
+    fast = jax.jit(flag_and_out, **jit_kw)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        err, out = cfn(*args, **kwargs)
-        throw(err)
+        flag, out = fast(*args, **kwargs)
+        if isinstance(flag, checkify.Error):
+            throw(flag)
+        elif np.asarray(flag):
+            throw(full(*args, **kwargs)[0])
         return out
 
     return wrapper
 
 
 def planned(planner):
-    """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op."""
+    """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op,
+    and cache the op's eager calls per signature."""
     def attach(op):
-        op.__xgather_plan__ = planner
-        return op
+        from xgather._frontend import cached
+        wrapper = cached(op)
+        wrapper.__xgather_plan__ = planner
+        return wrapper
     return attach
 
 

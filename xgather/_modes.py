@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import sys
 from typing import Literal
@@ -89,6 +90,11 @@ def default_mode(mode: Mode | None):
         _default.reset(token)
 
 
+def current_default() -> str | None:
+    """The process-wide default set by :func:`set_default_mode` (None: the spec's rule)."""
+    return _default.get()
+
+
 def resolve(op: str, mode: str | None, spec_default: str = "error") -> str:
     """The mode an op runs in: the caller's, else the process default, else the spec's."""
     if mode is None:
@@ -127,39 +133,50 @@ def bounds_array(plan, indices, xp=jnp):
 
 
 def wrap(plan, indices):
-    """Negative indices count from the end where the spec says so.
+    """Negative indices count from the end where the spec says so: ``i + s`` for ``i < 0``.
 
-    ``i + s`` for ``-s <= i < 0``, computed as ``min(u, u + s)`` on the
-    indices' bits read as unsigned (``u``): for ``i >= 0``, ``u + s`` does not
-    wrap around and ``u`` is the smaller; for ``-s <= i < 0``, ``u + s`` wraps
-    around to the bits of ``i + s``, the smaller. An index below ``-s`` stays
-    as it is, negative and so out of range for every mode, as ``i + s`` would
-    be. An add and a min instead of a compare and a select in the gather's
-    inner loop: 5-10% faster than the select in A/B runs on XLA:CPU row gathers.
+    A compare, an add and a select: plain ops that every backend and every
+    exporter knows (no bit casts; ONNX has ``BitCast`` only from opset 26).
+    An index below ``-s`` stays negative, so out of range for every mode.
     """
     if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
         return indices
-    unsigned = jnp.dtype(f"uint{8 * jnp.dtype(indices.dtype).itemsize}")
-    u = lax.bitcast_convert_type(indices, unsigned)
-    s = lax.bitcast_convert_type(bounds_array(plan, indices), unsigned)
-    return lax.bitcast_convert_type(jnp.minimum(u, u + s), indices.dtype)
+    return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
+
+
+def wrap_apart(plan, indices):
+    """:func:`wrap` in a computation of its own, skipped when no index is negative.
+
+    XLA fuses cheap element-wise producers (the wrap's compare, add and
+    select) into a gather, which then recomputes them for every element of
+    every slice; neither an optimization barrier (XLA:CPU removes barriers
+    before fusion) nor an expensive op in between stops that. A branch of a
+    conditional does: the wrap runs once per index, in its own loop, and
+    only when some index is negative (one reduction over the indices, which
+    are few next to the elements they copy).
+    """
+    if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
+        return indices
+    return lax.cond(_any(indices < 0), lambda i: wrap(plan, i), lambda i: i, indices)
 
 
 def narrow(plan, indices):
-    """64-bit indices saturated into int32, where every axis they address fits in it.
+    """64-bit indices saturated into the int32 range on XLA:CPU, where every axis fits it.
 
     XLA:CPU's gather keeps only the low 32 bits of a 64-bit index into a small
     operand (jax 0.10.2: index ``2**32 + 5`` reads row 5 under ``"fill"``).
     Saturating first keeps every out-of-range index out of range, on the same
-    side, and in-range indices unchanged. Runs after :func:`wrap`.
+    side, and in-range indices unchanged. The dtype stays 64-bit, and other
+    backends (chosen when the program is lowered) skip the clamp. Runs after
+    :func:`wrap`.
     """
     if jnp.dtype(indices.dtype).itemsize != 8 or max(plan.bounds, default=0) >= 2**31:
         return indices
-    top = np.iinfo(np.int32).max
-    if jnp.issubdtype(indices.dtype, jnp.unsignedinteger):
-        return jnp.minimum(indices, jnp.asarray(top, indices.dtype)).astype(jnp.int32)
-    low = jnp.asarray(np.iinfo(np.int32).min, indices.dtype)
-    return lax.clamp(low, indices, jnp.asarray(top, indices.dtype)).astype(jnp.int32)
+    info = np.iinfo(np.int32)
+    low = jnp.asarray(0 if jnp.issubdtype(indices.dtype, jnp.unsignedinteger) else info.min,
+                      indices.dtype)
+    clamp = functools.partial(lax.clamp, low, max=jnp.asarray(info.max, indices.dtype))
+    return lax.platform_dependent(indices, cpu=clamp, default=lambda i: i)
 
 
 def _valid(plan, indices, xp):
@@ -207,21 +224,38 @@ _BLOCK_ROWS, _BLOCK_LANES = 16, 64
 
 
 def _any(bad):
-    """``bad.any()``, reduced so that XLA:CPU vectorises it (3x faster on 1M indices).
+    """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
-    A whole-array reduction becomes a scalar reduce-window loop; reducing
-    (rows, lanes) blocks over rows first is a vector loop over lanes. The
-    barriers keep XLA from folding the stages back into one reduction.
+    XLA:CPU rewrites a boolean reduction into a tree of reduce-window loops:
+    scalar code, and about a hundred milliseconds of compile time each. A
+    float32 max goes to a library kernel instead (XNNPACK's successor in
+    jaxlib 0.10), which compiles at once: that serves index arrays up to
+    ``_EAGER_REPORT``. Above it the flag is reduced in (rows, lanes) blocks
+    over rows first, a vector loop over lanes (3x faster than the tree on 1M
+    indices), with barriers that keep XLA from folding the stages back into one
+    reduction. Which form runs is chosen when the program is lowered.
     """
     flat = bad.ravel()
     block = _BLOCK_ROWS * _BLOCK_LANES
     n, m = flat.size, flat.size // block * block
+    if n == 0:
+        return jnp.zeros((), bool)
     if n <= _EAGER_REPORT or m == 0:
-        return jnp.any(flat)
-    lanes = jax.lax.optimization_barrier(
-        flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1))
-    lanes = jax.lax.optimization_barrier(lanes.any(axis=0))
-    return lanes.any() | jnp.any(flat[m:]) if m < n else lanes.any()
+        return lax.platform_dependent(
+            flat, cpu=lambda f: jnp.max(f.astype(jnp.float32)) > 0, default=jnp.any)
+
+    def blocked(flat):
+        lanes = jax.lax.optimization_barrier(
+            flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1))
+        lanes = jax.lax.optimization_barrier(lanes.any(axis=0))
+        return lanes.any() | jnp.any(flat[m:]) if m < n else lanes.any()
+
+    return lax.platform_dependent(flat, cpu=blocked, default=jnp.any)
+
+
+def any_bad(plan, indices):
+    """One flag: some index lies outside the spec's range (before any wrap)."""
+    return _any(jnp.logical_not(_valid(plan, indices, jnp)))
 
 
 def check(plan, indices) -> None:
@@ -230,18 +264,19 @@ def check(plan, indices) -> None:
     For large index arrays only the flag is computed on the fast path, and the
     report (first bad index, its position, the count) under ``lax.cond`` when
     some index is bad; small ones compute the report on every call, which costs
-    less than the branch.
+    less than the branch. (:func:`xgather.checked` runs a program without the
+    report while no index is bad.)
     """
     if indices.size == 0:
         return
-    any_bad = _any(jnp.logical_not(_valid(plan, indices, jnp)))
+    bad = any_bad(plan, indices)
     if indices.size <= _EAGER_REPORT:
         report = _report_args(plan, indices, jnp)
     else:
         shape = jax.eval_shape(lambda i: _report_args(plan, i, jnp), indices)
-        report = jax.lax.cond(any_bad, lambda i: _report_args(plan, i, jnp),
+        report = jax.lax.cond(bad, lambda i: _report_args(plan, i, jnp),
                               lambda i: jnp.zeros(shape.shape, shape.dtype), indices)
-    checkify.check(jnp.logical_not(any_bad), _report_format(plan, indices.ndim), report)
+    checkify.check(jnp.logical_not(bad), _report_format(plan, indices.ndim), report)
 
 
 def host_check(plan, indices) -> None:

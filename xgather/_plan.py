@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 
+import jax
 from jax import lax
 
 from xgather._errors import XGatherError, fail
@@ -21,6 +22,10 @@ Shape = tuple[int, ...]
 
 #: How the batch dimensions of a plan are lowered (see ``Plan.lowering``).
 LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching")
+
+# Elements copied per index from which the negative wrap gets a pass of its own.
+_SEPARATE_WRAP = 4
+_WRAP_TEXT = {"separate": "in a pass before the gather", "fused": "inside the gather"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,18 @@ class Plan:
         (``"vmap+row_batching"``); each row then gathers its own elements, so
         XLA writes the output in order instead of gathering columns and
         transposing them.
+      backend: the XLA backend the lowering was chosen for (``"cpu"``,
+        ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made).
+        Row batching is an XLA:CPU choice; other backends take ``"vmap"``.
+        Every lowering is correct on every backend.
+      wrap_pass: where negative indices are wrapped: ``"separate"`` (in a
+        pass over the indices before the gather, for gathers that copy
+        several elements per index: the wrap is then done once per index,
+        not once per element copied) or ``"fused"`` (inside the gather's
+        loop, for element gathers, where a separate pass would cost as much
+        as the gather). Unused where negative indices do not wrap.
+      model_opset: for ONNX ops, the model's opset_import that ``op``'s version
+        was resolved from (``"onnx.Gather-13"`` at model opset 21); ``None`` elsewhere.
     """
 
     op: str
@@ -69,6 +86,18 @@ class Plan:
     data_crop: Shape | None = None
     lowering: str = "vmap"
     index_broadcast: Shape = ()
+    backend: str = "cpu"
+
+    @property
+    def index_count(self) -> int:
+        """How many indices (index tuples for GatherND) ``indices`` holds."""
+        return math.prod(self.indices_shape[:-1] if self.index_vector else self.indices_shape)
+
+    @property
+    def wrap_pass(self) -> str:
+        n = self.index_count
+        return "separate" if n and math.prod(self.out_shape) >= _SEPARATE_WRAP * n else "fused"
+    model_opset: int | None = None
 
     @property
     def bounds(self) -> Shape:
@@ -77,12 +106,16 @@ class Plan:
 
     def __str__(self) -> str:
         dn = self.dimension_numbers
+        at = "" if self.model_opset is None else f" (model opset {self.model_opset})"
         lines = [
-            f"{self.op}: data{self.data_shape} indices{self.indices_shape} -> out{self.out_shape}",
+            f"{self.op}{at}: data{self.data_shape} indices{self.indices_shape}"
+            f" -> out{self.out_shape}",
             f"  lowering: {self.lowering}"
-            + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else ""),
+            + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else "")
+            + f" (for the {self.backend} backend)",
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
-            f" negative indices {'wrap' if self.negative else 'are out of range'}",
+            + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]})" if self.negative
+               else " negative indices are out of range"),
             f"  lax.gather: offset_dims={dn.offset_dims}"
             f" collapsed_slice_dims={dn.collapsed_slice_dims}"
             f" start_index_map={dn.start_index_map}"
@@ -116,14 +149,25 @@ def _check_batch_shapes(op: str, data_shape: Shape, indices_shape: Shape, b: int
              f"{data_shape[:b]} and {indices_shape[:b]}", shapes)
 
 
-@functools.lru_cache(maxsize=4096)
+def backend(name: str | None = None) -> str:
+    """``name``, or JAX's default backend: the one a plan's lowering is chosen for."""
+    return name or jax.default_backend()
+
+
 def take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
-              batch_dims: int = 0, negative: bool = True) -> Plan:
+              batch_dims: int = 0, negative: bool = True, backend_name: str | None = None) -> Plan:
     """Gather along one axis: ``out = data[:axis] + indices[b:] + data[axis+1:]``.
 
     ``axis`` and ``batch_dims`` must already be non-negative (the frontends
     normalise them with their own spec's rule).
     """
+    return _take_plan(op, tuple(data_shape), tuple(indices_shape), axis, batch_dims, negative,
+                      backend(backend_name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batch_dims: int,
+               negative: bool, backend_name: str) -> Plan:
     shapes = {"data": data_shape, "indices": indices_shape}
     r = len(data_shape)
     if r < 1:
@@ -139,7 +183,7 @@ def take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
     d, q, a = data_shape[b:], indices_shape[b:], axis - b
     out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
-    if a > 0:
+    if a > 0 and backend_name == "cpu":
         # A gather inside the array: an offset-dims gather would collect the
         # slices index-major and transpose them (slow on XLA:CPU, ~10x once the
         # program has a second output such as a checkify flag). Make the dims
@@ -151,23 +195,30 @@ def take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
             start_index_map=(a,), operand_batching_dims=rows, start_indices_batching_dims=rows)
         return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
                     (1,) * (a + 1) + d[a + 1:], out, lowering="vmap+row_batching",
-                    index_broadcast=d[:a])
+                    index_broadcast=d[:a], backend=backend_name)
     per_out = d[:a] + q + d[a + 1:]
     offset = tuple(range(a)) + tuple(range(a + len(q), len(per_out)))
     dn = lax.GatherDimensionNumbers(
         offset_dims=offset, collapsed_slice_dims=(a,), start_index_map=(a,))
     return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
-                d[:a] + (1,) + d[a + 1:], out)
+                d[:a] + (1,) + d[a + 1:], out, backend=backend_name)
 
 
-@functools.lru_cache(maxsize=4096)
 def nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int = 0,
-            negative: bool = True, fold_batch: bool = False) -> Plan:
+            negative: bool = True, fold_batch: bool = False,
+            backend_name: str | None = None) -> Plan:
     """Gather index tuples: ``out = indices[:-1] + data[b + k:]`` with ``k = indices.shape[-1]``.
 
     ``fold_batch`` folds the ``b`` batch dimensions of the result into one
     (OpenVINO GatherND-5).
     """
+    return _nd_plan(op, tuple(data_shape), tuple(indices_shape), batch_dims, negative,
+                    fold_batch, backend(backend_name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int, negative: bool,
+             fold_batch: bool, backend_name: str) -> Plan:
     shapes = {"data": data_shape, "indices": indices_shape}
     r, q, b = len(data_shape), len(indices_shape), batch_dims
     if r < 1:
@@ -194,18 +245,25 @@ def nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int = 
     if fold_batch and b:
         out = (math.prod(indices_shape[:b]),) + indices_shape[b:-1] + data_shape[b + k:]
     return Plan(op, data_shape, indices_shape, out, b, tuple(range(b, b + k)), True, negative,
-                dn, (1,) * k + d[k:], gathered)
+                dn, (1,) * k + d[k:], gathered, backend=backend_name)
 
 
-@functools.lru_cache(maxsize=4096)
 def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
-                  negative: bool = True, smaller_ok: bool = True) -> Plan:
+                  negative: bool = True, smaller_ok: bool = True,
+                  backend_name: str | None = None) -> Plan:
     """Gather one element per index: ``out[i] = data[i with i[axis] = indices[i]]``.
 
     Off the axis, ``indices`` may be smaller than ``data`` when ``smaller_ok``
     (onnxruntime's rule; OpenVINO asks for equality). The other axes become
     XLA batching dimensions, so no index tuples are materialised.
     """
+    return _elements_plan(op, tuple(data_shape), tuple(indices_shape), axis, negative,
+                          smaller_ok, backend(backend_name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, negative: bool,
+                   smaller_ok: bool, backend_name: str) -> Plan:
     shapes = {"data": data_shape, "indices": indices_shape}
     r = len(data_shape)
     if r < 1:
@@ -229,7 +287,8 @@ def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
         offset_dims=(), collapsed_slice_dims=(axis,), start_index_map=(axis,),
         operand_batching_dims=others, start_indices_batching_dims=others)
     return Plan(op, data_shape, indices_shape, indices_shape, 0, (axis,), False, negative, dn,
-                (1,) * r, indices_shape, crop if crop != data_shape else None, "batching_dims")
+                (1,) * r, indices_shape, crop if crop != data_shape else None, "batching_dims",
+                backend=backend_name)
 
 
 __all__ = ["Plan", "XGatherError", "elements_plan", "nd_plan", "normalize_axis", "take_plan"]

@@ -20,7 +20,7 @@ INDEX_DTYPES = _dtypes.INT32_INDICES
 
 
 def _check(op, data, indices):
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     return sh
 

@@ -40,7 +40,7 @@ def _label(name, specified_outputs_name) -> str:
 def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_name=None,
                  negative_indices=True, **_):
     op = _label(name, specified_outputs_name)
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,

@@ -12,54 +12,73 @@ Choices where the spec text is silent, following onnxruntime:
 
 Out-of-range indices are an error in every ONNX op, so ``mode=None`` is
 ``"error"`` (or the process default, see :mod:`xgather._modes`).
+
+``opset=`` is the model's opset_import, as in an ONNX file (17, 21, ...): the op
+version in force there is used, as onnxruntime does (:func:`op_version`), and
+``xgather.explain`` shows both (``onnx.Gather-13 (model opset 21)``).
+:func:`from_node` and :func:`reference_ops` bring whole nodes and models in.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
 
 import jax
 from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import call, negatives, shapes, versioned
+from xgather._frontend import call, negatives, shapes
 from xgather._jaxonnxruntime import register_jaxonnxruntime  # noqa: F401 (re-exported)
 from xgather._modes import Mode
+from xgather._onnx_nodes import VERSIONS, resolve
+from xgather._onnx_nodes import from_node as from_node
+from xgather._onnx_nodes import op_version as op_version
+from xgather._onnx_nodes import reference_ops as reference_ops
 
-GATHER_OPSETS = (1, 11, 13)
-GATHER_ND_OPSETS = (11, 12, 13)
-GATHER_ELEMENTS_OPSETS = (11, 13)
+#: The op versions (the opsets in which each op changed); ``opset=`` takes any model opset.
+GATHER_OPSETS = VERSIONS["Gather"]
+GATHER_ND_OPSETS = VERSIONS["GatherND"]
+GATHER_ELEMENTS_OPSETS = VERSIONS["GatherElements"]
 INDEX_DTYPES = _dtypes.INT32_INDICES
+
+
+@functools.lru_cache(maxsize=4096)
+def _at(plan: _plan.Plan, opset: int) -> _plan.Plan:
+    """The plan, noting the model opset its op version was resolved from."""
+    return dataclasses.replace(plan, model_opset=int(opset))
 
 
 def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, negative_indices=True,
                  **_) -> _plan.Plan:
-    op = versioned("onnx", "Gather", opset, GATHER_OPSETS, "opset")
-    sh = shapes(data, indices)
+    op, _ = resolve("Gather", opset)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
-                           negatives(op, negative_indices, sh))
+    return _at(_plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
+                               negatives(op, negative_indices, sh)), opset)
 
 
 def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
                     negative_indices=True, **_) -> _plan.Plan:
-    op = versioned("onnx", "GatherND", opset, GATHER_ND_OPSETS, "opset")
-    sh = shapes(data, indices)
+    op, version = resolve("GatherND", opset)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
-    if opset == 11 and batch_dims != 0:
+    if version == 11 and batch_dims != 0:
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
-    return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
-                         negatives(op, negative_indices, sh))
+    return _at(_plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
+                             negatives(op, negative_indices, sh)), opset)
 
 
 def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
                           negative_indices=True, **_) -> _plan.Plan:
-    op = versioned("onnx", "GatherElements", opset, GATHER_ELEMENTS_OPSETS, "opset")
-    sh = shapes(data, indices)
+    op, _ = resolve("GatherElements", opset)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.elements_plan(op, sh["data"], sh["indices"], ax,
-                               negatives(op, negative_indices, sh), True)
+    return _at(_plan.elements_plan(op, sh["data"], sh["indices"], ax,
+                                   negatives(op, negative_indices, sh), True), opset)
 
 
 def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique, negative):
@@ -79,7 +98,8 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
       indices: int32/int64 array of any shape ``(q...)``; entries in ``[-s, s-1]``
         with ``s = d_axis``, negative ones counting from the end.
       axis: in ``[-r, r-1]``.
-      opset: 1, 11 or 13.
+      opset: the model's opset_import (any opset from 1 on, e.g. 21); the op
+        version in force there is used (1 up to opset 10, 11 for 11-12, 13 from 13).
       mode: out-of-range handling (see :mod:`xgather._modes`); ``None`` is the
         spec's rule, an error.
       fill_value: the value of out-of-range slots with ``mode="fill"`` (0).
@@ -114,6 +134,8 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
       indices: int64 (or int32) array of shape ``(b..., q..., k)``, ``1 <= k <= r - batch_dims``;
         component ``j`` lies in ``[-s_j, s_j - 1]`` with ``s_j = d[j]``.
       batch_dims: ``0 <= batch_dims < min(r, indices.ndim)``; opset 12 and later.
+      opset: the model's opset_import, from 11 on (GatherND-11 at 11, -12 at 12,
+        -13 from 13).
       mode, fill_value, indices_are_sorted, unique_indices, negative_indices: as
         for :func:`gather`.
 
@@ -140,6 +162,8 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
       indices: int32/int64 array of rank ``r``; off ``axis`` each dimension is at
         most ``data``'s; entries in ``[-s, s-1]`` with ``s = data.shape[axis]``.
       axis: in ``[-r, r-1]``.
+      opset: the model's opset_import, from 11 on (GatherElements-11 at 11-12,
+        -13 from 13).
       mode, fill_value, indices_are_sorted, unique_indices, negative_indices: as
         for :func:`gather`.
 

@@ -12,8 +12,12 @@ Choices, with the evidence behind them:
   which writes zeros for indices outside, so all three versions agree. (The
   CPU plugin of OpenVINO 2026.4 writes zeros for *negative* indices in
   Gather-1/7: xgather does not copy that.)
-* Gather-7/8 ``batch_dims`` may be negative and is then ``indices.ndim +
-  batch_dims``; it lies in ``[-min(r, q), min(r, q)]`` and must be ``<= axis``.
+* Gather-7/8 ``batch_dims`` may be negative and is then ``b' = indices.ndim +
+  batch_dims``; then ``0 <= b' <= min(r, q)`` and ``b' <= axis`` are required.
+  This follows the runtime and its reference kernels, which normalise first and
+  check after: data of rank 2, indices of rank 4 and ``batch_dims=-4`` give
+  ``b' = 0`` and run, though the spec text gives the range ``[-min(r, q),
+  min(r, q)]`` (which would reject -4).
 * GatherND-5 folds the batch dimensions of the output into one
   (``prod(indices.shape[:b]) + indices.shape[b:-1] + data.shape[b+k:]``);
   GatherND-8 keeps them. Negative indices wrap (as the runtime does). An
@@ -66,7 +70,7 @@ def static_axis(op: str, axis, sh) -> int:
 def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
                  negative_indices=True, **_):
     op = versioned("openvino", "Gather", version, GATHER_VERSIONS, "version")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     r, q = len(sh["data"]), len(sh["indices"])
     ax = _plan.normalize_axis(op, static_axis(op, axis, sh), r, sh)
@@ -74,11 +78,13 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
         fail(op, "batch_dims exists from version 7 on", f"batch_dims={batch_dims}", sh)
     if isinstance(batch_dims, bool) or not isinstance(batch_dims, int):
         fail(op, "batch_dims must be an int", repr(batch_dims), sh)
+    # The runtime's rule, not the spec text's: normalise by indices.ndim, then check the range.
     lim = min(r, q)
-    if not -lim <= batch_dims <= lim:
-        fail(op, f"batch_dims must be in [-min(data.ndim, indices.ndim), "
-             f"min(data.ndim, indices.ndim)] = [{-lim}, {lim}]", f"batch_dims={batch_dims}", sh)
     b = batch_dims + q if batch_dims < 0 else batch_dims
+    if not 0 <= b <= lim:
+        fail(op, f"batch_dims must be in [0, min(data.ndim, indices.ndim)] = [0, {lim}] after "
+             f"a negative one is normalised by indices.ndim ({q})",
+             f"batch_dims={batch_dims}" + (f" (normalised {b})" if batch_dims < 0 else ""), sh)
     return _plan.take_plan(op, sh["data"], sh["indices"], ax, b,
                            negatives(op, negative_indices, sh))
 
@@ -86,7 +92,7 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
 def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
                     negative_indices=True, **_):
     op = versioned("openvino", "GatherND", version, GATHER_ND_VERSIONS, "version")
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
                          negatives(op, negative_indices, sh), fold_batch=version == 5)
@@ -94,7 +100,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
 
 def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **_):
     op = "openvino.GatherElements-6"
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.elements_plan(op, sh["data"], sh["indices"], ax,

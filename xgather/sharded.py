@@ -28,13 +28,13 @@ from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _modes, _plan
 from xgather._errors import fail
-from xgather._frontend import shapes
+from xgather._frontend import check_addressable, shapes
 from xgather._modes import Mode
 
 
 def _gather_plan(data, indices, mesh: Mesh, rows: str, batch: str | None = None, **_):
     op = "sharded.Gather"
-    sh = shapes(data, indices)
+    sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, _dtypes.INT32_INDICES, sh)
     if rows not in mesh.shape:
         fail(op, f"rows must name an axis of the mesh {dict(mesh.shape)}", repr(rows), sh)
@@ -70,6 +70,7 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
       Array of shape ``(q..., d...)``, sharded as ``P(batch)``.
     """
     plan = _gather_plan(data, indices, mesh, rows, batch)
+    check_addressable(plan)
     mode = _modes.resolve(plan.op, mode)
     idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices))
     mode = _apply.check_now_or_later(plan, mode, idx)

@@ -1,0 +1,209 @@
+"""Every fast path against the NumPy loops: cached eager calls, the flagged program, the fast
+``xgather.checked``, both places of the negative wrap, and the lowering of other backends.
+
+Each path is taken on purpose (the test asserts which one ran) and must give the same
+results, the same errors and the same messages as the spec's loops in tests/reference.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xgather
+from tests import reference as ref
+from tests.helpers import assert_same
+from xgather import OutOfBoundsError, _frontend, _plan
+
+G, ND, EL = xgather.onnx.gather, xgather.onnx.gather_nd, xgather.onnx.gather_elements
+
+
+def _message(op, value, where, lo, hi, axis, size, count=1):
+    return re.escape(f"{op}: index {value} at indices[{where}] is out of range [{lo}, {hi}] "
+                     f"for data axis {axis} of size {size} ({count} out-of-range value(s) in "
+                     "indices)")
+
+
+def _runners_for(op):
+    return [k for k in _frontend.RUNNERS if k[0] is op]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+def test_cached_eager_calls_check_every_call(kind):
+    """The second call of a signature hits the cache, and still checks its own indices."""
+    put = np.asarray if kind == "numpy" else jnp.asarray
+    data = put(np.arange(20, dtype=np.float32).reshape(4, 5))
+    good, bad = put(np.array([0, -1, 3], np.int32)), put(np.array([0, 4, -6], np.int32))
+    before = len(_runners_for(G))
+    assert_same(G(data, good, 1), ref.gather(np.asarray(data), np.asarray(good), 1))
+    assert len(_runners_for(G)) == before + 1  # the signature is cached now
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -6, 2, -5, 4, 1, 5)):
+        G(data, bad, 1)
+    assert len(_runners_for(G)) == before + 1  # ... and that call reused it
+    shifted = put(np.array([1, 2, -5], np.int32))
+    assert_same(G(data, shifted, 1), ref.gather(np.asarray(data), np.asarray(shifted), 1))
+
+
+def test_cached_calls_follow_the_default_mode_and_their_arguments():
+    data, idx = np.arange(6, dtype=np.float32), np.array([1, 9], np.int64)
+    with pytest.raises(OutOfBoundsError):
+        G(data, idx)
+    with xgather.default_mode("fill"):
+        assert_same(G(data, idx), ref.gather(data, idx, oob="fill"))
+    with pytest.raises(OutOfBoundsError):
+        G(data, idx)
+    assert_same(G(data, idx, mode="clip"), ref.gather(data, idx, oob="clip"))
+    assert_same(G(data, idx, 0, mode="fill", fill_value=7.0),
+                ref.gather(data, idx, oob="fill", fill=7))
+    assert_same(G(data, idx, 0, mode="fill", fill_value=-1.0),
+                ref.gather(data, idx, oob="fill", fill=-1))
+    # True == 1 as a dict key: the type keeps bool attributes apart from ints.
+    with pytest.raises(xgather.XGatherError, match="axis must be a Python int"):
+        G(data.reshape(2, 3), np.array([0], np.int64), True)
+    G(data.reshape(2, 3), np.array([0], np.int64), 1)
+    with pytest.raises(xgather.XGatherError, match="axis must be a Python int"):
+        G(data.reshape(2, 3), np.array([0], np.int64), True)
+
+
+def test_cached_calls_keep_64_bit_index_checks():
+    """NumPy int64 indices are converted on every call; a value beyond int32 is an error."""
+    data = np.arange(4, dtype=np.float32)
+    assert_same(G(data, np.array([3, -4], np.int64)), ref.gather(data, [3, -4]))
+    if not jax.config.jax_enable_x64:
+        with pytest.raises(xgather.XGatherError, match="must fit int32"):
+            G(data, np.array([2**32 + 1, 0], np.int64))
+
+
+@pytest.mark.parametrize("op, data, indices, args, want", [
+    (G, np.arange(12.0, dtype=np.float32).reshape(3, 4), np.array([[0, 7]], np.int32), (1,),
+     _message("onnx.Gather-13", 7, "0, 1", -4, 3, 1, 4)),
+    (ND, np.arange(12.0, dtype=np.float32).reshape(3, 4), np.array([[0, 0], [-4, 1]], np.int32),
+     (), _message("onnx.GatherND-13", -4, "1, 0", -3, 2, 0, 3)),
+    (EL, np.arange(12.0, dtype=np.float32).reshape(3, 4), np.full((3, 4), -5, np.int32), (1,),
+     _message("onnx.GatherElements-13", -5, "0, 0", -4, 3, 1, 4, count=12)),
+])
+def test_device_flag_reports_as_the_host_check(op, data, indices, args, want):
+    """Device indices: the program's flag, then the report from the indices themselves."""
+    for put in (np.asarray, jnp.asarray):
+        for _ in range(2):  # the first call settles the signature, the second reuses it
+            with pytest.raises(OutOfBoundsError, match="^" + want + "$"):
+                op(put(data), put(indices), *args)
+
+
+def test_checked_runs_without_the_report_until_an_index_is_bad():
+    calls = []
+
+    def f(d, i):
+        calls.append(1)
+        return G(d, i, 1).sum(axis=-1)
+
+    g = xgather.checked(f)
+    data = np.arange(20, dtype=np.float32).reshape(4, 5)
+    for i in ([0, 1], [4, -5], [2, 2]):
+        i = np.array(i, np.int32)
+        np.testing.assert_allclose(g(data, i), ref.gather(data, i, 1).sum(axis=-1))
+    assert len(calls) == 1  # one trace for the fast program
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 5, 1, -5, 4, 1, 5)):
+        g(data, np.array([0, 5], np.int32))
+    assert len(calls) == 2  # the report's program, traced on the first bad call
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -6, 0, -5, 4, 1, 5, count=2)):
+        g(data, np.array([-6, 5], np.int32))
+    assert len(calls) == 2
+
+
+def test_checked_reports_under_vmap_and_grad():
+    g = xgather.checked(jax.vmap(lambda d, i: G(d, i)))
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    idx = np.array([[0, -3], [2, 1]], np.int32)
+    assert_same(g(data, idx), np.stack([ref.gather(data[k], idx[k]) for k in range(2)]))
+    with pytest.raises(OutOfBoundsError, match="index 3 at indices"):
+        g(data, np.array([[0, 1], [3, 1]], np.int32))
+    dg = xgather.checked(jax.grad(lambda d, i: (G(d, i) ** 2).sum()))
+    idx = np.array([0, 0, -1], np.int32)
+    d = np.arange(3, dtype=np.float32)
+    np.testing.assert_allclose(dg(d, idx), ref.scatter_add_take(d.shape, idx, 2 * d[[0, 0, 2]]))
+    with pytest.raises(OutOfBoundsError, match="index -4 at indices"):
+        dg(d, np.array([0, -4], np.int32))
+
+
+CASES = [  # (op, data shape, indices shape, args, index bound, reference)
+    (G, (7, 5), (6,), (0,), 7, lambda d, i: ref.gather(d, i, 0)),
+    (G, (3, 4, 6), (2, 2), (1,), 4, lambda d, i: ref.gather(d, i, 1)),
+    (G, (5, 9), (4,), (1,), 9, lambda d, i: ref.gather(d, i, 1)),
+    (EL, (4, 6), (4, 5), (1,), 6, lambda d, i: ref.gather_elements(d, i, 1)),
+    (ND, (5, 6, 3), (4, 2), (), 5, lambda d, i: ref.gather_nd(d, i)),
+    (ND, (5, 6), (7, 2), (), 5, lambda d, i: ref.gather_nd(d, i)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
+@pytest.mark.parametrize("mode", ["error", "clip", "fill", "promise_in_bounds"])
+def test_both_wrap_passes_match_the_loops(case, mode):
+    op, dshape, ishape, args, s, want = case
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    lo, hi = (-s, s) if mode in ("error", "promise_in_bounds") else (-s - 2, s + 2)
+    idx = rng.integers(lo, hi, ishape).astype(np.int32)
+    plan = xgather.explain(op, data, idx, *args)
+    expected = plan.wrap_pass
+    assert expected == ("fused" if np.prod(plan.out_shape) < 4 * plan.index_count else "separate")
+    assert ("in a pass before the gather" if expected == "separate" else "inside the gather") \
+        in str(plan)
+    oob = {"error": "error", "clip": "clip", "fill": "fill", "promise_in_bounds": "error"}[mode]
+    if op is ND:
+        reference = ref.gather_nd(data, idx, oob=oob)
+    elif op is EL:
+        reference = ref.gather_elements(data, idx, *args, oob=oob)
+    else:
+        reference = ref.gather(data, idx, *args, oob=oob)
+    f = jax.jit(lambda d, i: op(d, i, *args, mode=mode))
+    if mode == "error":
+        f = xgather.checked(f)
+    assert_same(f(data, idx), reference)
+    assert_same(op(data, idx, *args, mode=mode), reference)
+
+
+def test_the_cases_cover_both_wrap_passes():
+    passes = {xgather.explain(op, np.zeros(d, np.float32), np.zeros(i, np.int32), *a).wrap_pass
+              for op, d, i, a, _, _ in CASES}
+    assert passes == {"fused", "separate"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
+def test_other_backends_lowering_runs_here_too(case, monkeypatch):
+    """Plans made for a GPU (no row batching) give the same results on this CPU."""
+    op, dshape, ishape, args, s, want = case
+    monkeypatch.setattr(_plan, "backend", lambda name=None: name or "gpu")
+    xgather._apply.clear_caches()
+    try:
+        rng = np.random.default_rng(2)
+        data = rng.standard_normal(dshape).astype(np.float32)
+        idx = rng.integers(-s, s, ishape).astype(np.int32)
+        plan = xgather.explain(op, data, idx, *args)
+        assert plan.backend == "gpu" and "row_batching" not in plan.lowering
+        assert "(for the gpu backend)" in str(plan)
+        assert_same(op(data, idx, *args), want(data, idx))
+        assert_same(xgather.checked(jax.jit(lambda d, i: op(d, i, *args)))(data, idx),
+                    want(data, idx))
+    finally:
+        xgather._apply.clear_caches()
+
+
+def test_cpu_plans_batch_rows_and_say_so():
+    plan = xgather.explain(G, np.zeros((3, 4, 6), np.float32), np.zeros(2, np.int32), 1)
+    assert plan.backend == jax.default_backend()
+    if plan.backend == "cpu":
+        assert plan.lowering == "vmap+row_batching" and "(for the cpu backend)" in str(plan)
+
+
+def test_clear_caches_forgets_every_signature():
+    data, idx = np.arange(5, dtype=np.float32), np.array([1], np.int32)
+    G(data, idx)
+    assert _runners_for(G)
+    xgather._apply.clear_caches()
+    assert not _frontend.RUNNERS
+    assert_same(G(data, idx), ref.gather(data, idx))
