@@ -10,9 +10,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _dtypes, _grad, _modes
+from xgather import _dtypes, _grad, _modes, _plan
 from xgather._errors import OutOfBoundsError, fail
-from xgather import _plan
 from xgather._plan import Plan
 
 
