@@ -31,3 +31,35 @@ def check_everywhere(f, data, indices, ref, tuples=False):
     got = xgather.checked(jax.vmap(f))(np.stack([data, data2]), np.stack([indices, indices2]))
     assert_same(got[0], want)
     assert_same(got[1], ref(data2, indices2))
+
+
+#: ONNX's own node tests whose graphs are a single gather.
+GATHER_NODE_TESTS = {
+    "test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices",
+    "test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices",
+    "test_gathernd_example_float32", "test_gathernd_example_int32",
+    "test_gathernd_example_int32_batch_dim1",
+}
+
+
+def gather_node_test_case(backend, module_name: str):
+    """ONNX's gather node tests, built in memory for ``backend``, as one TestCase class.
+
+    Only the :data:`GATHER_NODE_TESTS` cases are kept (the runner would report
+    thousands of skips otherwise).
+    """
+    import warnings
+
+    import onnx.backend.test
+
+    # onnx builds every node case at import; its own casts warn (not ours to fix).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        backend_test = onnx.backend.test.BackendTest(backend, module_name)
+    for name in sorted(GATHER_NODE_TESTS):
+        backend_test.include(rf"^{name}_cpu$")
+    case = backend_test.test_cases["OnnxBackendNodeModelTest"]
+    for name in [n for n in vars(case) if n.startswith("test_")]:
+        if name.removesuffix("_cpu") not in GATHER_NODE_TESTS or not name.endswith("_cpu"):
+            delattr(case, name)
+    return case

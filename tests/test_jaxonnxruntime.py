@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 pytest.importorskip("jaxonnxruntime",
                     reason="jaxonnxruntime not installed (xgather[jaxonnxruntime])")
 pytest.importorskip("absl", reason="jaxonnxruntime imports absl-py")
-import onnx.backend.test  # noqa: E402
 from jaxonnxruntime import backend as jort  # noqa: E402
 from jaxonnxruntime import call_onnx  # noqa: E402
 from jaxonnxruntime.core import handler  # noqa: E402
@@ -19,13 +16,7 @@ from onnx import helper  # noqa: E402
 
 import xgather  # noqa: E402
 from tests import ort_oracle, reference  # noqa: E402
-
-GATHER_NODE_TESTS = {
-    "test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices",
-    "test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices",
-    "test_gathernd_example_float32", "test_gathernd_example_int32",
-    "test_gathernd_example_int32_batch_dim1",
-}
+from tests.helpers import GATHER_NODE_TESTS, gather_node_test_case  # noqa: E402
 
 
 def _own_handlers(op_type):
@@ -127,16 +118,7 @@ def test_gathernd_batch_dims_before_opset_12_is_an_error():
 
 # --- ONNX's own node tests, built in memory, through jaxonnxruntime's backend ---------------
 
-# onnx builds every node case at import; its own casts warn (not ours to fix).
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    backend_test = onnx.backend.test.BackendTest(jort.Backend, __name__)
-for name in sorted(GATHER_NODE_TESTS):
-    backend_test.include(rf"^{name}_cpu$")
-OnnxBackendNodeModelTest = backend_test.test_cases["OnnxBackendNodeModelTest"]
-for _name in [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]:
-    if _name.removesuffix("_cpu") not in GATHER_NODE_TESTS or not _name.endswith("_cpu"):
-        delattr(OnnxBackendNodeModelTest, _name)
+OnnxBackendNodeModelTest = gather_node_test_case(jort.Backend, __name__)
 
 
 def test_all_ten_gather_node_tests_are_collected():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import onnx.backend.base
@@ -11,13 +9,7 @@ import onnx.backend.test
 from onnx import numpy_helper
 
 import xgather
-
-GATHER_NODE_TESTS = {
-    "test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices",
-    "test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices",
-    "test_gathernd_example_float32", "test_gathernd_example_int32",
-    "test_gathernd_example_int32_batch_dim1",
-}
+from tests.helpers import GATHER_NODE_TESTS, gather_node_test_case
 
 _OPS = {"Gather": xgather.onnx.gather, "GatherND": xgather.onnx.gather_nd,
         "GatherElements": xgather.onnx.gather_elements}
@@ -61,17 +53,7 @@ class XGatherBackend(onnx.backend.base.Backend):
         return device == "CPU"
 
 
-# onnx builds every node case at import; its own casts warn (not ours to fix).
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    backend_test = onnx.backend.test.BackendTest(XGatherBackend, __name__)
-for name in sorted(GATHER_NODE_TESTS):
-    backend_test.include(rf"^{name}_cpu$")
-# Keep only the included cases (the runner would report thousands of skips).
-OnnxBackendNodeModelTest = backend_test.test_cases["OnnxBackendNodeModelTest"]
-for _name in [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]:
-    if _name.removesuffix("_cpu") not in GATHER_NODE_TESTS or not _name.endswith("_cpu"):
-        delattr(OnnxBackendNodeModelTest, _name)
+OnnxBackendNodeModelTest = gather_node_test_case(XGatherBackend, __name__)
 
 
 def test_all_ten_gather_node_tests_are_collected():
