@@ -35,22 +35,18 @@ def _concrete_types() -> tuple[type, ...]:
 
 
 def signature(op, args: tuple, kwargs: dict):
-    """The cache key of an eager call, or None when it has none (tracers, lists, arrays as
-    attributes)."""
+    """The cache key of an eager call, or None where its arrays are not concrete (tracers,
+    lists). A key holding an unhashable attribute (an array as ``axis``) is no key either:
+    :func:`cached` finds that out when it looks the key up."""
     if len(args) < 2:
         return None
     data, indices, attrs = args[0], args[1], args[2:]
     kinds = _concrete_types()
     if type(data) not in kinds or type(indices) not in kinds:
         return None
-    key = (op, type(data), data.shape, data.dtype, type(indices), indices.shape, indices.dtype,
-           attrs, tuple(map(type, attrs)), tuple(kwargs.items()),
-           tuple(map(type, kwargs.values())), _modes.current_default(), _dtypes.x64())
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return (op, type(data), data.shape, data.dtype, type(indices), indices.shape, indices.dtype,
+            attrs, tuple(map(type, attrs)), tuple(kwargs.items()),
+            tuple(map(type, kwargs.values())), _modes.current_default(), _dtypes.x64())
 
 
 def cached(op):
@@ -60,7 +56,10 @@ def cached(op):
         key = signature(wrapper, args, kwargs)
         if key is None:
             return op(*args, **kwargs)
-        runner = RUNNERS.get(key)
+        try:
+            runner = RUNNERS.get(key)
+        except TypeError:  # an unhashable attribute: no signature
+            return op(*args, **kwargs)
         if runner is not None:
             return runner(args[0], args[1])
         outer = getattr(_pending, "key", None)
@@ -137,13 +136,12 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
         _pending.key = None  # the signature is settled here, for this call alone
         _dtypes.check_data(plan.op, data, sh)
         hints = (bool(indices_are_sorted), bool(unique_indices))
-        runner = _apply.concrete_runner(plan, mode, _apply.scalar(fill_value), hints, grad, idx)
+        gather = _apply.concrete_runner(plan, mode, _apply.scalar(fill_value), hints, grad, idx)
+        runner = gather
         if isinstance(indices, np.ndarray):
-            gather = runner
-
             def runner(data, indices):
                 return gather(data, _dtypes.index_array(plan.op, indices, allowed, sh))
         RUNNERS[key] = runner
-        return runner(data, indices)
+        return gather(data, idx)  # idx: converted above already
     return _apply.run(plan, data, idx, mode, fill_value, indices_are_sorted=indices_are_sorted,
                       unique_indices=unique_indices, grad=grad)
