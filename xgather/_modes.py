@@ -179,7 +179,7 @@ def narrow(plan, indices):
     return lax.platform_dependent(indices, cpu=clamp, default=lambda i: i)
 
 
-def _valid(plan, indices, xp):
+def valid(plan, indices, xp):
     """True where an index lies in the spec's range (before any wrap)."""
     s = bounds_array(plan, indices, xp)
     valid = indices < s
@@ -205,7 +205,7 @@ def _report_format(plan, ndim: int) -> str:
 
 def _report_args(plan, indices, xp):
     """The values :func:`_report_format` shows, packed in one array (one program output)."""
-    bad = xp.logical_not(_valid(plan, indices, xp)).ravel()
+    bad = xp.logical_not(valid(plan, indices, xp)).ravel()
     first = xp.argmax(bad)
     pos = xp.unravel_index(first, indices.shape)
     axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
@@ -255,7 +255,7 @@ def _any(bad):
 
 def any_bad(plan, indices):
     """One flag: some index lies outside the spec's range (before any wrap)."""
-    return _any(jnp.logical_not(_valid(plan, indices, jnp)))
+    return _any(jnp.logical_not(valid(plan, indices, jnp)))
 
 
 def check(plan, indices) -> None:
@@ -282,7 +282,7 @@ def check(plan, indices) -> None:
 def host_check(plan, indices) -> None:
     """The same check on concrete indices, raising :class:`OutOfBoundsError` at once."""
     indices = widen(np.asarray(indices))  # room for sizes and counts
-    if indices.size == 0 or _valid(plan, indices, np).all():
+    if indices.size == 0 or valid(plan, indices, np).all():
         return
     raise OutOfBoundsError(_report_format(plan, indices.ndim).format(
         _report_args(plan, indices, np)))

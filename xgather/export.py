@@ -43,8 +43,8 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _dtypes
-from xgather._errors import OutOfBoundsError, fail
+from xgather import _apply, _dtypes, _modes
+from xgather._errors import fail
 
 #: The opsets the tests export at.
 TESTED_OPSETS = (17, 18, 19, 20, 21)
@@ -56,11 +56,7 @@ _NODES = {"onnx.Gather": "Gather", "onnx.GatherND": "GatherND",
 
 def clear_caches() -> None:
     """Drop xgather's cached jitted functions (and so the traces they hold)."""
-    clear = getattr(_apply, "clear_caches", None)
-    if clear is not None:
-        clear()
-    else:  # until xgather._apply.clear_caches exists
-        _apply.compiled.cache_clear()
+    _apply.clear_caches()
 
 
 # --- the ONNX-node path: one primitive per ONNX op -------------------------------------------
@@ -120,24 +116,16 @@ class _Call:
 
 # --- the plain path: indices made in range with compares and selects ---------------------------
 
-def _bounds(plan, idx):
-    """``s`` for each index, in ``idx``'s shape and dtype."""
-    s = np.asarray(plan.bounds if plan.index_vector else plan.bounds[0])
-    return jnp.broadcast_to(jnp.asarray(s, dtype=idx.dtype), idx.shape)
-
-
 def _in_range(plan, idx):
-    """Negative indices wrapped (where the spec says so), the validity mask, and ``s``."""
-    if jnp.dtype(idx.dtype).itemsize < 4:
-        idx = idx.astype(jnp.int32)  # room for index + s
-    s = _bounds(plan, idx)
-    zero = jnp.zeros((), idx.dtype)
-    signed = jnp.issubdtype(idx.dtype, jnp.signedinteger)
-    if plan.negative and signed:
-        valid = (idx >= -s) & (idx < s)
-        idx = lax.select(idx < zero, idx + s, idx)
-    else:
-        valid = ((idx >= zero) if signed else jnp.ones(idx.shape, bool)) & (idx < s)
+    """Negative indices wrapped (where the spec says so), the validity mask, and ``s``.
+
+    The same pieces as the traced gather (:mod:`xgather._modes`): plain compares,
+    adds and selects, which every opset exports.
+    """
+    idx = _modes.widen(idx)  # room for index + s
+    s = jnp.broadcast_to(_modes.bounds_array(plan, idx), idx.shape)
+    valid = _modes.valid(plan, idx, jnp)
+    idx = _modes.wrap(plan, idx)
     if plan.index_vector:
         valid = jnp.all(valid, axis=-1, keepdims=True)
     return idx, valid, s
@@ -167,21 +155,6 @@ def _plain(plan, mode: str, fill_value, data, idx):
     return dataclasses.replace(plan, negative=False), data, idx
 
 
-def _check_constant(plan, idx) -> None:
-    """``mode="error"`` with indices known at export: the bound check, now."""
-    idx = np.asarray(idx)
-    if idx.dtype.itemsize < 4:
-        idx = idx.astype(np.int32)
-    s = np.asarray(plan.bounds if plan.index_vector else plan.bounds[0], dtype=idx.dtype)
-    lo = -s if plan.negative and idx.dtype.kind == "i" else np.zeros_like(s)
-    bad = ~((idx >= lo) & (idx < s))
-    if bad.any():
-        where = tuple(int(p[0]) for p in np.nonzero(bad))
-        fail(plan.op, "every index must lie in the spec's range",
-             f"index {idx[where]} at indices{list(where)}, axis sizes {plan.bounds}",
-             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=OutOfBoundsError)
-
-
 def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
             node: bool = True, **options):
     """``xgather._apply.run`` as it exports: the ONNX node, or plain ops on in-range indices."""
@@ -196,7 +169,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
                     else "; the xgather.onnx ops export as the ONNX node")
             fail(plan.op, 'mode="error" cannot be exported, ONNX has no run-time check: '
                  'pass mode="clip", "fill" or "promise_in_bounds"' + hint)
-        _check_constant(plan, indices)
+        _modes.host_check(plan, indices)  # indices known at export: the check, now
         mode = "promise_in_bounds"
     if 0 in plan.bounds and not (mode == "clip" and np.size(indices)):
         # Nothing to index: every index is out of range, and the op fills (clip raises).
