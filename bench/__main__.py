@@ -134,9 +134,6 @@ def run(args) -> dict:
     _no_fork()
     peers = systems.available()
     chosen = set(args.systems.split(",")) if args.systems else None
-    # Imported before JAX starts, so that what an import starts (openvino's telemetry
-    # child) is under way before anything is timed.
-    systems.import_peers(peers, chosen)
     import jax
 
     import xgather._alloc as alloc
@@ -144,6 +141,10 @@ def run(args) -> dict:
         args.allocator = "keep" if _expected_platform(args.device) == "cpu" else "default"
     if args.allocator == "keep":
         alloc.keep_large_allocations()
+    # Imported after the allocator is set (their threads then share its one arena) and
+    # before JAX starts, so that what an import starts (openvino's telemetry
+    # child) is under way before anything is timed.
+    systems.import_peers(peers, chosen)
     try:
         device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
     except RuntimeError as e:  # e.g. --device gpu where JAX has no GPU backend
