@@ -141,37 +141,79 @@ CASES = [  # (op, data shape, indices shape, args, index bound, reference)
 ]
 
 
+@pytest.fixture(params=["fused", "separate"])
+def wrap_pass(request, monkeypatch):
+    """Plans made with the wrap inside the gather, or in a pass of its own (a branch)."""
+    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1 if request.param == "separate" else 2**62)
+    xgather._apply.clear_caches()
+    yield request.param
+    xgather._apply.clear_caches()
+
+
+def _reference(op, data, idx, args, oob):
+    if op is ND:
+        return ref.gather_nd(data, idx, oob=oob)
+    if op is EL:
+        return ref.gather_elements(data, idx, *args, oob=oob)
+    return ref.gather(data, idx, *args, oob=oob)
+
+
+# Index draws: "mixed" has negative (and, but for error, out-of-range) indices, so the
+# separate pass takes its branch; "inside" lies in [0, s-1], where the branch is skipped.
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
 @pytest.mark.parametrize("mode", ["error", "clip", "fill", "promise_in_bounds"])
-def test_both_wrap_passes_match_the_loops(case, mode):
+@pytest.mark.parametrize("draw", ["mixed", "inside"])
+def test_both_wrap_passes_match_the_loops(case, mode, draw, wrap_pass):
     op, dshape, ishape, args, s, want = case
     rng = np.random.default_rng(1)
     data = rng.standard_normal(dshape).astype(np.float32)
     lo, hi = (-s, s) if mode in ("error", "promise_in_bounds") else (-s - 2, s + 2)
-    idx = rng.integers(lo, hi, ishape).astype(np.int32)
+    idx = rng.integers(0 if draw == "inside" else lo, s if draw == "inside" else hi, ishape)
+    idx = idx.astype(np.int32)
+    if draw == "mixed":
+        idx.reshape(-1)[0] = -1  # at least one negative index, in range
+    assert (idx < 0).any() == (draw == "mixed")
     plan = xgather.explain(op, data, idx, *args)
-    expected = plan.wrap_pass
-    assert expected == ("fused" if np.prod(plan.out_shape) < 4 * plan.index_count else "separate")
-    assert ("in a pass before the gather" if expected == "separate" else "inside the gather") \
-        in str(plan)
+    assert plan.wrap_pass == wrap_pass
+    assert _plan._WRAP_TEXT[wrap_pass] in str(plan)
     oob = {"error": "error", "clip": "clip", "fill": "fill", "promise_in_bounds": "error"}[mode]
-    if op is ND:
-        reference = ref.gather_nd(data, idx, oob=oob)
-    elif op is EL:
-        reference = ref.gather_elements(data, idx, *args, oob=oob)
-    else:
-        reference = ref.gather(data, idx, *args, oob=oob)
+    reference = _reference(op, data, idx, args, oob)
     f = jax.jit(lambda d, i: op(d, i, *args, mode=mode))
     if mode == "error":
         f = xgather.checked(f)
     assert_same(f(data, idx), reference)
-    assert_same(op(data, idx, *args, mode=mode), reference)
+    assert_same(op(data, idx, *args, mode=mode), reference)  # NumPy indices: the host check
+    assert_same(op(data, jnp.asarray(idx), *args, mode=mode), reference)  # the device flag
 
 
-def test_the_cases_cover_both_wrap_passes():
-    passes = {xgather.explain(op, np.zeros(d, np.float32), np.zeros(i, np.int32), *a).wrap_pass
-              for op, d, i, a, _, _ in CASES}
-    assert passes == {"fused", "separate"}
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
+@pytest.mark.parametrize("where", ["negative", "past"])
+def test_both_wrap_passes_report_a_bad_index(case, where, wrap_pass):
+    """A bad index beside in-range ones (negative or not) is reported the same on each path."""
+    op, dshape, ishape, args, s, want = case
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    idx = rng.integers(0, s, ishape).astype(np.int32)
+    flat = idx.reshape(-1)
+    flat[0] = -1  # a valid negative index: the branch is taken in either case
+    last = flat.size - (ishape[-1] if op is ND else 1)  # a component bounded by s
+    flat[last] = -s - 1 if where == "negative" else s
+    with pytest.raises(OutOfBoundsError) as host:
+        op(data, idx, *args)
+    message = re.escape(str(host.value))
+    assert f"index {flat[last]} at indices[" in str(host.value)
+    with pytest.raises(OutOfBoundsError, match=message):
+        op(data, jnp.asarray(idx), *args)
+    with pytest.raises(OutOfBoundsError, match=message):
+        xgather.checked(jax.jit(lambda d, i: op(d, i, *args)))(data, idx)
+
+
+def test_the_default_threshold_takes_each_pass():
+    small = xgather.explain(G, np.zeros((100, 16), np.float32), np.zeros(10, np.int32))
+    large = xgather.explain(G, np.zeros((100, 512), np.float32), np.zeros(1024, np.int32))
+    element = xgather.explain(EL, np.zeros((256, 256), np.float32), np.zeros((256, 256), np.int32))
+    assert (small.wrap_pass, large.wrap_pass, element.wrap_pass) == ("fused", "separate",
+                                                                    "separate")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")

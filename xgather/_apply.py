@@ -15,20 +15,22 @@ from xgather._errors import OutOfBoundsError, fail
 from xgather._plan import Plan
 
 
-def prepare(plan: Plan, mode: str, indices):
-    """Bound check (``"error"``), negative wrap and 64-bit narrowing, on the whole ``indices``.
+def prepare(plan: Plan, mode: str, indices, flag: bool = False):
+    """The indices as the gather takes them, and with ``flag``, the bound check's flag.
 
-    Where the gather copies several elements per index (``plan.wrap_pass ==
-    "separate"``), the wrapped indices are computed in a pass of their own
-    (see :func:`xgather._modes.wrap_apart`) instead of inside the gather,
-    where XLA would redo the wrap for every element copied.
+    Returns ``(bad, indices)``: negative indices wrapped where the spec says so
+    (in a pass of their own, skipped when none is negative, where the gather
+    copies many elements: see :func:`xgather._modes.flag_and_wrap`), 64-bit
+    indices narrowed on XLA:CPU; ``bad`` (None without ``flag``) is true where
+    some index lies outside the spec's range. ``"error"`` emits the checkify
+    check on ``bad`` (``flag`` is then implied).
     """
     indices = _modes.widen(indices)
-    if mode == "error":
-        _modes.check(plan, indices)
-    if plan.wrap_pass == "separate":
-        return _modes.narrow(plan, _modes.wrap_apart(plan, indices))
-    return _modes.narrow(plan, _modes.wrap(plan, indices))
+    error = mode == "error"
+    bad, idx = _modes.flag_and_wrap(plan, indices, flag or error)
+    if error:
+        _modes.check(plan, indices, bad)
+    return bad, _modes.narrow(plan, idx)
 
 
 def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
@@ -64,16 +66,19 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
 
 
 def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, False),
-                grad=None):
+                grad=None, flag: bool = False):
     """The traced body of every op: prepare the indices, then gather.
 
     ``grad`` is ``None`` (JAX's own derivative of ``lax.gather``) or a
     ``(training, coeff)`` pair that reshapes the derivative (see :mod:`xgather._grad`).
+    With ``flag``, returns ``(bad, out)`` (see :func:`prepare`).
     """
-    idx = prepare(plan, mode, indices)
+    bad, idx = prepare(plan, mode, indices, flag)
     if grad is None:
-        return gather_prepared(plan, mode, fill_value, hints, data, idx)
-    return _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+        out = gather_prepared(plan, mode, fill_value, hints, data, idx)
+    else:
+        out = _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+    return (bad, out) if flag else out
 
 
 @functools.lru_cache(maxsize=2048)
@@ -96,10 +101,8 @@ def flagged(plan: Plan, fill_value, hints: tuple[bool, bool], grad=None):
     """
     def body(data, indices):
         with jax.named_scope(plan.op):
-            idx = _modes.widen(indices)
-            bad = _modes.any_bad(plan, idx)
-            out = gather_core(plan, "promise_in_bounds", fill_value, data, idx, hints, grad)
-            return bad, out
+            return gather_core(plan, "promise_in_bounds", fill_value, data, indices, hints, grad,
+                               flag=True)
     return jax.jit(body)
 
 
@@ -229,17 +232,19 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     ``static_argnames`` as for ``jax.jit``. Use it as the outermost wrapper: it
     reads the error flag on the host after each call.
 
-    Each call runs a program that returns only the result and one flag, so the
-    report (the first bad index, its position, the count) costs nothing while
-    the indices are good. When the flag is set, ``fn`` runs again with the
-    full report (compiled on first use), which the error then shows.
+    Each call runs a program that returns only the result and one flag, traced
+    without the report (the first bad index, its position, the count), which so
+    costs nothing while the indices are good, at run time or when compiling.
+    When the flag is set, ``fn`` runs again with the full report (compiled on
+    first use), which the error then shows.
     """
     jit_kw = dict(static_argnums=static_argnums, static_argnames=static_argnames)
     checkified = checkify.checkify(fn, errors=checkify.user_checks)
     full = jax.jit(checkified, **jit_kw)
 
     def flag_and_out(*args, **kwargs):
-        err, out = checkified(*args, **kwargs)
+        with _modes.without_report():
+            err, out = checkified(*args, **kwargs)
         flag = _any_error(err)
         return (err if flag is None else flag), out
 
@@ -249,8 +254,8 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     def wrapper(*args, **kwargs):
         flag, out = fast(*args, **kwargs)
         if isinstance(flag, checkify.Error):
-            throw(flag)
-        elif np.asarray(flag):
+            flag = flag.get() is not None
+        if np.asarray(flag):
             throw(full(*args, **kwargs)[0])
         return out
 

@@ -107,6 +107,37 @@ def lax_mode(mode: str) -> lax.GatherScatterMode:
     return _LAX_MODE[mode]
 
 
+def _report_state():
+    """A JAX config state, part of every trace's cache key: whether checks carry their report.
+
+    :func:`xgather.checked` traces its fast program with the report off (the flag
+    alone decides whether to rerun with it), which saves the report's tracing and
+    compilation. Being part of the trace context, the state keeps a function
+    jitted inside ``fn`` from reusing a trace made without the report. None where
+    this JAX has no such API: checks then always carry the report.
+    """
+    try:
+        from jax._src import config as jax_config
+        return jax_config.bool_state(
+            "xgather_check_report", True, "Whether xgather's bound checks carry their report.",
+            include_in_trace_context=True)
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
+        return None
+
+
+_REPORT = _report_state()
+
+
+@contextlib.contextmanager
+def without_report():
+    """Trace bound checks as a flag alone (see :func:`check`); used by :func:`xgather.checked`."""
+    if _REPORT is None:  # pragma: no cover - other JAX versions
+        yield
+        return
+    with _REPORT(False):
+        yield
+
+
 def checks_functionalised() -> bool:
     """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
     frame = sys._getframe(1)
@@ -139,25 +170,52 @@ def wrap(plan, indices):
     exporter knows (no bit casts; ONNX has ``BitCast`` only from opset 26).
     An index below ``-s`` stays negative, so out of range for every mode.
     """
-    if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
+    if not wraps(plan, indices):
         return indices
     return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
 
 
-def wrap_apart(plan, indices):
-    """:func:`wrap` in a computation of its own, skipped when no index is negative.
+def wraps(plan, indices) -> bool:
+    """Whether negative indices count from the end here (the spec's rule, signed indices)."""
+    return plan.negative and jnp.issubdtype(indices.dtype, jnp.signedinteger)
 
-    XLA fuses cheap element-wise producers (the wrap's compare, add and
-    select) into a gather, which then recomputes them for every element of
-    every slice; neither an optimization barrier (XLA:CPU removes barriers
-    before fusion) nor an expensive op in between stops that. A branch of a
-    conditional does: the wrap runs once per index, in its own loop, and
-    only when some index is negative (one reduction over the indices, which
-    are few next to the elements they copy).
+
+def outside(plan, indices):
+    """True where an index lies outside ``[0, s-1]``: a negative one, or one past the end."""
+    s = bounds_array(plan, indices)
+    if jnp.issubdtype(indices.dtype, jnp.signedinteger):
+        return (indices < 0) | (indices >= s)
+    return indices >= s
+
+
+def flag_and_wrap(plan, indices, flag: bool):
+    """The indices wrapped, and (with ``flag``) whether one is outside the spec's range.
+
+    Returns ``(bad, indices)``; ``bad`` is None without ``flag``. Where the plan
+    wraps in a pass of its own (``plan.wrap_pass == "separate"``), one reduction
+    over the indices asks whether any lies outside ``[0, s-1]``; only then does a
+    branch of a conditional compute the flag and the wrap. Indices already in
+    ``[0, s-1]``, the common case, so cost one read and go to the gather as they
+    are. The branch also keeps the wrap's compare, add and select out of the
+    gather: XLA fuses such cheap producers into it, where they are recomputed for
+    every element copied (neither an optimization barrier, which XLA:CPU removes
+    before fusion, nor an expensive op in between stops that; a conditional does).
+    Small gathers (``"fused"``) wrap inside the gather: a branch costs more there.
     """
-    if not plan.negative or not jnp.issubdtype(indices.dtype, jnp.signedinteger):
-        return indices
-    return lax.cond(_any(indices < 0), lambda i: wrap(plan, i), lambda i: i, indices)
+    if not wraps(plan, indices):
+        return (any_bad(plan, indices) if flag else None), indices
+    if plan.wrap_pass == "fused":
+        return (any_bad(plan, indices) if flag else None), wrap(plan, indices)
+    if not flag:
+        return None, lax.cond(_any(indices < 0), lambda i: wrap(plan, i), lambda i: i, indices)
+
+    def some_outside(i):  # taken only where an index is negative or bad: compiled lean
+        return any_bad(plan, i, blocked=False), wrap(plan, i)
+
+    def all_inside(i):
+        return jnp.zeros((), bool), i
+
+    return lax.cond(_any(outside(plan, indices)), some_outside, all_inside, indices)
 
 
 def narrow(plan, indices):
@@ -217,59 +275,68 @@ def _report_args(plan, indices, xp):
     return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
 
 
-# Above this many indices the flag is reduced in blocks and the report is computed
-# only when some index is bad; below it both are cheaper than the branch.
+# Up to this many indices the check's report is computed on every call (cheaper than
+# a branch); above it, only when some index is bad.
 _EAGER_REPORT = 1 << 15
-_BLOCK_ROWS, _BLOCK_LANES = 16, 64
+# XLA:CPU (jaxlib 0.10) runs a float32 max over 4096 or more values as a library kernel,
+# which compiles in about 30 ms; over fewer (but more than a handful) it builds a tree of
+# reduce-window loops, 100-150 ms of compile. Flags of up to _LIBRARY_MIN values are
+# padded up to it, and above _EAGER_REPORT a first stage reduces (rows, lanes) blocks.
+_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 16
+_BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
-def _any(bad):
+def _any(bad, blocked: bool = True):
     """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
-    XLA:CPU rewrites a boolean reduction into a tree of reduce-window loops:
-    scalar code, and about a hundred milliseconds of compile time each. A
-    float32 max goes to a library kernel instead (XNNPACK's successor in
-    jaxlib 0.10), which compiles at once: that serves index arrays up to
-    ``_EAGER_REPORT``. Above it the flag is reduced in (rows, lanes) blocks
-    over rows first, a vector loop over lanes (3x faster than the tree on 1M
-    indices), with barriers that keep XLA from folding the stages back into one
-    reduction. Which form runs is chosen when the program is lowered.
+    On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
+    boolean reduction becomes a tree of scalar reduce-window loops, slow to
+    compile and to run). Fewer than ``_LIBRARY_MIN`` values are padded with
+    ``False`` up to that size so that the library kernel takes them too. Above
+    ``_EAGER_REPORT``, a first stage reduces (rows, lanes) blocks over their
+    rows, a vector loop fused with the compare that makes ``bad``, so that the
+    max reads one value per block and lane plus the ragged tail. Which form runs
+    is chosen when the program is lowered. ``blocked=False`` skips the first
+    stage: one kernel fewer to compile, for flags that are rarely computed.
     """
     flat = bad.ravel()
     block = _BLOCK_ROWS * _BLOCK_LANES
     n, m = flat.size, flat.size // block * block
     if n == 0:
         return jnp.zeros((), bool)
-    if n <= _EAGER_REPORT or m == 0:
-        return lax.platform_dependent(
-            flat, cpu=lambda f: jnp.max(f.astype(jnp.float32)) > 0, default=jnp.any)
 
-    def blocked(flat):
-        lanes = jax.lax.optimization_barrier(
-            flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1))
-        lanes = jax.lax.optimization_barrier(lanes.any(axis=0))
-        return lanes.any() | jnp.any(flat[m:]) if m < n else lanes.any()
+    def cpu(flat):
+        if blocked and n > _EAGER_REPORT and m:
+            lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
+            flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
+        if _UNROLLED_MAX < flat.size < _LIBRARY_MIN:
+            flat = jnp.pad(flat, (0, _LIBRARY_MIN - flat.size))
+        return jnp.max(flat.astype(jnp.float32)) > 0
 
-    return lax.platform_dependent(flat, cpu=blocked, default=jnp.any)
+    return lax.platform_dependent(flat, cpu=cpu, default=jnp.any)
 
 
-def any_bad(plan, indices):
+def any_bad(plan, indices, blocked: bool = True):
     """One flag: some index lies outside the spec's range (before any wrap)."""
-    return _any(jnp.logical_not(valid(plan, indices, jnp)))
+    return _any(jnp.logical_not(valid(plan, indices, jnp)), blocked)
 
 
-def check(plan, indices) -> None:
+def check(plan, indices, bad=None) -> None:
     """Emit the checkify check: op, the first bad index as given, its position, the range.
 
-    For large index arrays only the flag is computed on the fast path, and the
-    report (first bad index, its position, the count) under ``lax.cond`` when
-    some index is bad; small ones compute the report on every call, which costs
-    less than the branch. (:func:`xgather.checked` runs a program without the
-    report while no index is bad.)
+    ``bad`` is the flag (:func:`any_bad`, or :func:`flag_and_wrap`'s), computed
+    here when not given. Under :func:`without_report` the check carries no report.
+    For large index arrays the report (first bad index, its position, the count)
+    is computed under ``lax.cond`` only when some index is bad; small ones compute
+    it on every call, which costs less than the branch.
     """
     if indices.size == 0:
         return
-    bad = any_bad(plan, indices)
+    if bad is None:
+        bad = any_bad(plan, indices)
+    if _REPORT is not None and not _REPORT.value:
+        checkify.check(jnp.logical_not(bad), f"{plan.op}: an index is out of range")
+        return
     if indices.size <= _EAGER_REPORT:
         report = _report_args(plan, indices, jnp)
     else:

@@ -23,9 +23,11 @@ Shape = tuple[int, ...]
 #: How the batch dimensions of a plan are lowered (see ``Plan.lowering``).
 LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching")
 
-# Elements copied per index from which the negative wrap gets a pass of its own.
-_SEPARATE_WRAP = 4
-_WRAP_TEXT = {"separate": "in a pass before the gather", "fused": "inside the gather"}
+# Output elements from which the negative wrap gets a pass of its own (skipped when no
+# index is negative); below, it is computed inside the gather, where a branch would cost more.
+_SEPARATE_WRAP = 1 << 14
+_WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
+              "fused": "inside the gather"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +64,13 @@ class Plan:
         ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made).
         Row batching is an XLA:CPU choice; other backends take ``"vmap"``.
         Every lowering is correct on every backend.
-      wrap_pass: where negative indices are wrapped: ``"separate"`` (in a
-        pass over the indices before the gather, for gathers that copy
-        several elements per index: the wrap is then done once per index,
-        not once per element copied) or ``"fused"`` (inside the gather's
-        loop, for element gathers, where a separate pass would cost as much
-        as the gather). Unused where negative indices do not wrap.
+      wrap_pass: where negative indices are wrapped: ``"separate"`` (for
+        gathers of ``_SEPARATE_WRAP`` output elements or more: one pass over the
+        indices asks whether any is outside ``[0, s-1]``, and only then are they
+        wrapped, in a pass of their own, once per index rather than once per
+        element copied) or ``"fused"`` (small gathers: inside the gather's loop,
+        where a branch would cost more than the wrap). Unused where negative
+        indices do not wrap.
       model_opset: for ONNX ops, the model's opset_import that ``op``'s version
         was resolved from (``"onnx.Gather-13"`` at model opset 21); ``None`` elsewhere.
     """
@@ -96,7 +99,7 @@ class Plan:
     @property
     def wrap_pass(self) -> str:
         n = self.index_count
-        return "separate" if n and math.prod(self.out_shape) >= _SEPARATE_WRAP * n else "fused"
+        return "separate" if n and math.prod(self.out_shape) >= _SEPARATE_WRAP else "fused"
     model_opset: int | None = None
 
     @property
