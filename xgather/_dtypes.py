@@ -25,8 +25,16 @@ ANY_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "
 _WIDE = frozenset({"int64", "uint64", "float64", "complex128"})
 
 
+try:  # the config state itself: read on every eager call, a third of jax.config's cost
+    from jax._src.config import enable_x64 as _ENABLE_X64
+except ImportError:  # pragma: no cover - other JAX versions
+    _ENABLE_X64 = None
+
+
 def x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
+    if _ENABLE_X64 is not None:
+        return bool(_ENABLE_X64.value)
+    return bool(jax.config.jax_enable_x64)  # pragma: no cover
 
 
 def is_traced(*xs) -> bool:

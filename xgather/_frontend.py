@@ -22,16 +22,13 @@ from xgather._errors import fail
 #: Signature -> runner, filled by :func:`call`; :func:`xgather._apply.clear_caches` empties it.
 RUNNERS: dict = {}
 _pending = threading.local()  # the signature of the eager call being settled
-_array_types: tuple[type, ...] = ()
-
-
-def _concrete_types() -> tuple[type, ...]:
+def _concrete_types() -> frozenset[type]:
     """NumPy arrays and JAX's concrete array class (tracers are not concrete)."""
-    global _array_types
-    if not _array_types:
-        from jax._src.array import ArrayImpl
-        _array_types = (np.ndarray, ArrayImpl)
-    return _array_types
+    from jax._src.array import ArrayImpl
+    return frozenset((np.ndarray, ArrayImpl))
+
+
+_CONCRETE = _concrete_types()
 
 
 def signature(op, args: tuple, kwargs: dict):
@@ -40,13 +37,15 @@ def signature(op, args: tuple, kwargs: dict):
     :func:`cached` finds that out when it looks the key up."""
     if len(args) < 2:
         return None
-    data, indices, attrs = args[0], args[1], args[2:]
-    kinds = _concrete_types()
-    if type(data) not in kinds or type(indices) not in kinds:
+    data, indices = args[0], args[1]
+    kd, ki = type(data), type(indices)
+    if kd not in _CONCRETE or ki not in _CONCRETE:
         return None
-    return (op, type(data), data.shape, data.dtype, type(indices), indices.shape, indices.dtype,
-            attrs, tuple(map(type, attrs)), tuple(kwargs.items()),
-            tuple(map(type, kwargs.values())), _modes.current_default(), _dtypes.x64())
+    # The attributes' types too: 1, 1.0 and True are equal keys but not equal arguments.
+    attrs = args[2:] + tuple(kwargs.items())
+    return (op, kd, data.shape, data.dtype, ki, indices.shape, indices.dtype, attrs,
+            tuple(map(type, args[2:] + tuple(kwargs.values()))), _modes.current_default(),
+            _dtypes.x64())
 
 
 def cached(op):
