@@ -413,6 +413,51 @@ def test_error_default_under_jvp(op_id):
         _run_x(model, (DATA_X, tangent, bad.reshape(ok.shape)))
 
 
+@pytest.mark.parametrize("op_id", ["onnx.gather", "labview.gather"])
+def test_error_default_under_grad(op_id):
+    # Reverse mode exports where jax2onnx lowers the scatter-add (a gather along axis 0 here).
+    fn = {"onnx.gather": P(xgather.onnx.gather, axis=0),
+          "labview.gather": P(xgather.labview.gather, axis=0, lda_coeff=-0.5)}[op_id]
+    scale = -0.5 if op_id == "labview.gather" else 1.0
+    ok = np.asarray([0, -1, 1, 1], IDX)
+    cot = (np.arange(4 * 3 * 4).reshape(4, 3, 4) % 5 - 2).astype(DATA_X.dtype)
+
+    def grad(d, i):
+        return jax.grad(lambda dd: (fn(dd, i) * cot).sum())(d)
+
+    model = xgather.export.to_onnx(grad, [DATA_X, ok], opset=21, enable_double_precision=X64)
+    assert _guards(model)
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, ok)),
+                                  reference.scatter_add_take(DATA_X.shape, ok, cot, 0,
+                                                             scale=scale))
+    for value in (2, -3):
+        with pytest.raises(Exception, match=rf"idx={value} must be within"):
+            _run_x(model, (DATA_X, np.asarray([0, -1, value, 1], IDX)))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_error_default_labview_jvp(training):
+    # lda coeff and training? shape the tangent in the export as in xgather.labview.
+    fn = P(xgather.labview.gather, axis=1, lda_coeff=0.5, training=training)
+    ok = np.asarray([0, -3, 2], IDX)
+    tangent = (DATA_X * 3 - 1).astype(DATA_X.dtype)
+
+    def jvp(d, t, i):
+        return jax.jvp(lambda dd: fn(dd, i), (d,), (t,))
+
+    model = xgather.export.to_onnx(jvp, [DATA_X, tangent, ok], opset=21,
+                                   enable_double_precision=X64)
+    sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+    names = [x.name for x in sess.get_inputs()]
+    out, tan = sess.run(None, dict(zip(names, (DATA_X, tangent, ok), strict=True)))
+    np.testing.assert_array_equal(out, reference.gather(DATA_X, ok, 1))
+    np.testing.assert_array_equal(tan, reference.gather(tangent, ok, 1) * (0.5 if training else 0))
+    with pytest.raises(Exception, match=r"labview.Gather.*idx=-4 must be within"):
+        sess.run(None, dict(zip(names, (DATA_X, tangent, np.asarray([0, -4, 2], IDX)),
+                                strict=True)))
+
+
 def test_error_default_empty_axis():
     # No index is in range on an axis of size 0: any index fails, and an empty one gives
     # an empty result.

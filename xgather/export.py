@@ -30,6 +30,9 @@ While jax2onnx traces, the plugin gives every op of every spec (they all reach
   [0, 2] (a negative index i shows here as i - 3)``), which onnxruntime's error
   shows; its Gather and GatherND errors also show the index, its GatherElements
   error does not. Indices known at export (constants) are checked at export.
+  The check is there only where the output depends on the gather: JAX drops a
+  gather whose result is unused (e.g. the forward pass behind LabVIEW's zero
+  gradient with ``training=False``) before export, and its check with it.
 * The ONNX ops in ``mode="promise_in_bounds"`` become the very ONNX node too
   (in-range results agree; the rest is undefined in both).
 * Everything else becomes plain ops: negative indices wrapped with a compare
@@ -127,8 +130,20 @@ def _node_primitive(op_type: str) -> Primitive:
 
     def jvp(primals, tangents, *, attr, call):
         data, indices = primals
-        return jax.jvp(lambda d: call.plain(d, indices), (data,),
-                       (ad.instantiate_zeros(tangents[0]),))
+        options = dict(call.options)
+        grad = options.pop("grad", None)
+        if grad is not None:
+            # LabVIEW: the tangent is lda_coeff * gather(tangent), or zero when not training
+            # (xgather._grad), spelled out here: through _grad's custom_jvp the indices would
+            # carry a float0 tangent, which jax2onnx cannot export.
+            call = _Call(call.run, call.plan, call.mode, call.fill_value, options)
+        out, tangent = jax.jvp(lambda d: call.plain(d, indices), (data,),
+                               (ad.instantiate_zeros(tangents[0]),))
+        if grad is not None:
+            training, coeff = grad
+            tangent = tangent * jnp.asarray(coeff, tangent.dtype) if training \
+                else jnp.zeros_like(tangent)
+        return out, tangent
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
