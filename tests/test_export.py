@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import re
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -58,25 +62,27 @@ OPS = {
                         True, None),
     "openvino.gather_nd": (lambda: xgather.openvino.gather_nd, _ref(reference.gather_nd),
                            _i([[0, 1], [-1, 9], [-3, 0]]), _i([[0, 1], [-1, 2], [1, 0]]),
-                           "error", True, None),
+                           "error", True, ("GatherND", "batch_dims", 0)),
     "openvino.gather_elements": (lambda: functools.partial(xgather.openvino.gather_elements,
                                                            axis=1),
                                  _ref(reference.gather_elements, axis=1),
                                  _i(rng.integers(-5, 5, size=(2, 3, 4))),
-                                 _i(rng.integers(-3, 3, size=(2, 3, 4))), "error", True, None),
+                                 _i(rng.integers(-3, 3, size=(2, 3, 4))), "error", True,
+                                 ("GatherElements", "axis", 1)),
     "bnns.gather_nd": (lambda: xgather.bnns.gather_nd, _ref(reference.gather_nd),
                        _i([[0, 1], [-1, 1], [1, 3]]), _i([[0, 1], [1, 2]]), "error", False,
-                       None),
+                       ("GatherND", "batch_dims", 0)),
     "bnns.gather": (lambda: functools.partial(xgather.bnns.gather, axis=1),
                     _ref(reference.gather, axis=1), _i([[0, -1, 5], [2, 1, 3]]),
-                    _i([[0, 1, 2]]), "error", False, None),
+                    _i([[0, 1, 2]]), "error", False, ("Gather", "axis", 1)),
     "bnns.gather_along_axis": (lambda: functools.partial(xgather.bnns.gather_along_axis, axis=2),
                                _ref(reference.gather_elements, axis=2),
                                _i(rng.integers(-5, 6, size=(2, 3, 4))),
-                               _i(rng.integers(0, 4, size=(2, 3, 4))), "error", False, None),
+                               _i(rng.integers(0, 4, size=(2, 3, 4))), "error", False,
+                               ("GatherElements", "axis", 2)),
     "labview.gather": (lambda: functools.partial(xgather.labview.gather, axis=1),
                        _ref(reference.gather, axis=1), _i([[0, -1, 5]]), _i([[0, -1, 2]]),
-                       "error", True, None),
+                       "error", True, ("Gather", "axis", 1)),
 }
 
 # (mode, negative_indices, which indices): the option sets exported for every op.
@@ -130,10 +136,6 @@ CASES = [(op, m) for op in OPS for m in MODES if OPS[op][5] or m[1]]
 def test_export_runs_in_onnxruntime(op_id, options, opset):
     mode, neg, which = options
     fn, indices, want, node = _case(op_id, mode, neg, which)
-    if which == "default" and OPS[op_id][4] == "error" and node is None:
-        with pytest.raises(xgather.XGatherError, match='mode="error" cannot be exported'):
-            _export(fn, (DATA, indices), opset)
-        return
     model = _export(fn, (DATA, indices), opset)
     got = _ort(model, (DATA, indices))
     np.testing.assert_array_equal(got, want)
@@ -158,12 +160,355 @@ def test_onnx_ops_export_as_the_onnx_node_at_every_opset(op_id, opset):
     np.testing.assert_array_equal(_ort(model, (DATA, indices)), want)
 
 
-@pytest.mark.parametrize("op_id", ["onnx.gather", "onnx.gather_nd", "onnx.gather_elements"])
-def test_exported_onnx_node_rejects_out_of_range(op_id):
-    fn, _, _, _ = _case(op_id, None, True, "default")
-    model = _export(fn, (DATA, OPS[op_id][3]), 21)
-    with pytest.raises(Exception, match="(?i)out of (range|bounds)|invalid index|indices"):
-        _ort(model, (DATA, OPS[op_id][2]))
+# --- mode="error", the spec default of every op but OpenVINO Gather ------------------------------
+#
+# The exported check is onnxruntime's: its Gather, GatherND and GatherElements kernels reject an
+# index outside [-s, s-1] and name the failing node. Every assertion is against the NumPy loops
+# of tests/reference.py and an onnxruntime run. test_error_default_with_x64_on reruns these tests
+# with x64 on: the models then take float64 data and int64 indices.
+
+X64 = bool(jax.config.jax_enable_x64)
+IDX = np.int64 if X64 else np.int32
+DATA_X = DATA.astype(np.float64 if X64 else np.float32)
+PREMAP = ["Less", "Max", "Sub", "Where"]  # where the range is [0, s-1]: a negative i becomes i - s
+CAST = [] if X64 else ["Cast"]  # GatherND takes int64 indices only
+GUARD = None  # no node computes the op: the guard Gather(Range(0, s, 1), indices), then the gather
+P = functools.partial
+
+
+def _refn(fn, *fixed, fold=None):
+    def ref(d, i, negative):
+        out = fn(d, i, *fixed, negative=negative)
+        return out if fold is None else out.reshape(fold)
+    return ref
+
+
+# id: (op with its attributes, NumPy reference (data, indices, negative), in-range indices, the
+# sizes of the indexed axes (one per index component), whether negative indices count from the
+# end, the node types of the export (GUARD: see above), the op as the failing node names it)
+ERROR_DEFAULT = {
+    "onnx.gather": (P(xgather.onnx.gather, axis=1), _refn(reference.gather, 1),
+                    [[0, -1, 2], [-3, 2, 1]], (3,), True, ["Gather"], "onnx.Gather-13"),
+    "onnx.gather-nonneg": (P(xgather.onnx.gather, axis=1, negative_indices=False),
+                           _refn(reference.gather, 1), [[0, 1, 2], [2, 2, 1]], (3,), False,
+                           PREMAP + ["Gather"], "onnx.Gather-13"),
+    "onnx.gather_nd": (P(xgather.onnx.gather_nd, batch_dims=1), _refn(reference.gather_nd, 1),
+                       [[[0, 1], [-1, 3]], [[2, 3], [-3, -4]]], (3, 4), True,
+                       CAST + ["GatherND"], "onnx.GatherND-13"),
+    "onnx.gather_nd-nonneg": (P(xgather.onnx.gather_nd, batch_dims=1, negative_indices=False),
+                              _refn(reference.gather_nd, 1), [[[0, 1], [1, 3]], [[2, 3], [0, 0]]],
+                              (3, 4), False, PREMAP + CAST + ["GatherND"], "onnx.GatherND-13"),
+    "onnx.gather_elements": (P(xgather.onnx.gather_elements, axis=2),
+                             _refn(reference.gather_elements, 2),
+                             rng.integers(-4, 4, size=(2, 3, 3)), (4,), True, ["GatherElements"],
+                             "onnx.GatherElements-13"),
+    "onnx.gather_elements-nonneg": (P(xgather.onnx.gather_elements, axis=2,
+                                      negative_indices=False),
+                                    _refn(reference.gather_elements, 2),
+                                    rng.integers(0, 4, size=(2, 3, 3)), (4,), False,
+                                    PREMAP + ["GatherElements"], "onnx.GatherElements-13"),
+    "labview.gather": (P(xgather.labview.gather, axis=1), _refn(reference.gather, 1),
+                       [[0, -1, 2]], (3,), True, ["Gather"], "labview.Gather"),
+    "labview.gather-nonneg": (P(xgather.labview.gather, axis=1, negative_indices=False),
+                              _refn(reference.gather, 1), [[0, 1, 2]], (3,), False,
+                              PREMAP + ["Gather"], "labview.Gather"),
+    "openvino.gather_nd": (P(xgather.openvino.gather_nd, batch_dims=1),
+                           _refn(reference.gather_nd, 1), [[[0, 1], [-1, 3]], [[2, 3], [-3, -4]]],
+                           (3, 4), True, CAST + ["GatherND"], "openvino.GatherND-8"),
+    "openvino.gather_nd-5": (P(xgather.openvino.gather_nd, batch_dims=2, version=5),
+                             _refn(reference.gather_nd, 2, fold=(6,)),
+                             [[[0], [-1], [3]], [[-4], [2], [1]]], (4,), True,
+                             CAST + ["GatherND", "Reshape"], "openvino.GatherND-5"),
+    "openvino.gather_nd-nonneg": (P(xgather.openvino.gather_nd, batch_dims=1,
+                                    negative_indices=False), _refn(reference.gather_nd, 1),
+                                  [[[0, 1], [1, 3]], [[2, 3], [0, 0]]], (3, 4), False,
+                                  PREMAP + CAST + ["GatherND"], "openvino.GatherND-8"),
+    "openvino.gather_elements": (P(xgather.openvino.gather_elements, axis=1),
+                                 _refn(reference.gather_elements, 1),
+                                 rng.integers(-3, 3, size=(2, 3, 4)), (3,), True,
+                                 ["GatherElements"], "openvino.GatherElements-6"),
+    "openvino.gather_elements-nonneg": (P(xgather.openvino.gather_elements, axis=1,
+                                          negative_indices=False),
+                                        _refn(reference.gather_elements, 1),
+                                        rng.integers(0, 3, size=(2, 3, 4)), (3,), False,
+                                        PREMAP + ["GatherElements"], "openvino.GatherElements-6"),
+    # OpenVINO Gather defaults to zeros; mode="error" chosen explicitly exports as well.
+    "openvino.gather-error": (P(xgather.openvino.gather, axis=1, mode="error"),
+                              _refn(reference.gather, 1), [[0, -1, 2]], (3,), True, ["Gather"],
+                              "openvino.Gather-8"),
+    "openvino.gather-error-batch": (P(xgather.openvino.gather, axis=2, batch_dims=1, mode="error"),
+                                    _refn(reference.gather, 2, 1), [[0, -1, 3], [3, 2, -4]], (4,),
+                                    True, GUARD, "openvino.Gather-8"),
+    "bnns.gather_nd": (xgather.bnns.gather_nd, _refn(reference.gather_nd), [[0, 1], [1, 2]],
+                       (2, 3), False, PREMAP + CAST + ["GatherND"], "bnns.GatherND"),
+    "bnns.gather_nd-batch": (P(xgather.bnns.gather_nd, batch_dimension_count=1),
+                             _refn(reference.gather_nd, 1), [[[0, 1], [2, 3]], [[1, 0], [2, 2]]],
+                             (3, 4), False, PREMAP + CAST + ["GatherND"], "bnns.GatherND"),
+    "bnns.gather": (P(xgather.bnns.gather, axis=1), _refn(reference.gather, 1), [[0, 1, 2]], (3,),
+                    False, PREMAP + ["Gather"], "bnns.Gather"),
+    "bnns.gather-batch": (P(xgather.bnns.gather, axis=2, batch_dimension_count=1),
+                          _refn(reference.gather, 2, 1), [[0, 3, 1], [2, 2, 0]], (4,), False, GUARD,
+                          "bnns.Gather"),
+    "bnns.gather_along_axis": (P(xgather.bnns.gather_along_axis, axis=2),
+                               _refn(reference.gather_elements, 2),
+                               rng.integers(0, 4, size=(2, 3, 4)), (4,), False,
+                               PREMAP + ["GatherElements"], "bnns.GatherAlongAxis"),
+}
+
+# Each kind of bad index, given the size s of its axis.
+BAD = {"too_large": lambda s: s, "far_above": lambda s: 1000, "below_minus_s": lambda s: -s - 1,
+       "negative": lambda s: -1, "dtype_min": lambda s: np.iinfo(IDX).min,
+       "dtype_max": lambda s: np.iinfo(IDX).max}
+BAD_CASES = [(op, kind, where) for op in ERROR_DEFAULT for kind in BAD
+             for where in ("first", "last")
+             if kind != "negative" or not ERROR_DEFAULT[op][4]]  # -1 is in range there
+
+
+def _run_x(model, args):
+    """onnxruntime on ``args``, which must have the dtypes the model declares."""
+    declared = [onnx.helper.tensor_dtype_to_np_dtype(x.type.tensor_type.elem_type)
+                for x in model.graph.input]
+    assert [np.asarray(a).dtype for a in args] == declared
+    return _ort(model, args)
+
+
+@functools.cache
+def _error_model(op_id, opset):
+    fn, _, ok, *_ = ERROR_DEFAULT[op_id]
+    model = xgather.export.to_onnx(fn, [DATA_X, np.asarray(ok, IDX)], opset=opset,
+                                   enable_double_precision=X64)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _guards(model):
+    """The guard nodes: Gathers from a Range."""
+    ranges = {n.output[0] for n in model.graph.node if n.op_type == "Range"}
+    return [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] in ranges]
+
+
+def _message(node_types, shown):
+    """What onnxruntime's error says of the bad index ``shown``."""
+    node = "Gather" if node_types is GUARD else next(
+        t for t in node_types if t in ("Gather", "GatherND", "GatherElements"))
+    return {"Gather": f"idx={shown} must be within the inclusive range",
+            "GatherND": f"invalid index found, index = {shown}",
+            "GatherElements": "Out of range value in index tensor"}[node]
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("op_id", list(ERROR_DEFAULT))
+def test_error_default_exports(op_id, opset):
+    _, ref, ok, bounds, negative, node_types, _ = ERROR_DEFAULT[op_id]
+    model = _error_model(op_id, opset)
+    types = [n.op_type for n in _nodes(model)]
+    assert "BitCast" not in types
+    if node_types is GUARD:
+        assert len(_guards(model)) == len(bounds), types
+    else:
+        assert types == node_types
+    ok = np.asarray(ok, IDX)
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, ok)), ref(DATA_X, ok, negative))
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("op_id, kind, where", BAD_CASES)
+def test_error_default_rejects_in_onnxruntime(op_id, kind, where, opset):
+    _, ref, ok, bounds, negative, node_types, label = ERROR_DEFAULT[op_id]
+    bad = np.array(ok, IDX).ravel()
+    pos = 0 if where == "first" else bad.size - 1
+    s = bounds[pos % len(bounds)]  # the size of the axis this index addresses
+    bad[pos] = value = BAD[kind](s)
+    bad = bad.reshape(np.shape(ok))
+    with pytest.raises(IndexError):  # out of the spec's range
+        ref(DATA_X, bad, negative)
+    # onnxruntime shows the index as given, except a negative one where the range is [0, s-1]:
+    # it reaches the node as i - s (saturated at the dtype's minimum).
+    shown = value if negative or value >= 0 else max(value, np.iinfo(IDX).min + s) - s
+    said = re.escape(_message(node_types, shown))
+    pattern = rf"Name:'xgather_\d+ {re.escape(label)}[^']*'.*{said}"
+    with pytest.raises(Exception, match=pattern):
+        _run_x(_error_model(op_id, opset), (DATA_X, bad))
+
+
+UNSIGNED = [np.uint8, np.uint32] + ([np.uint64] if X64 else [])
+UNSIGNED_OPS = {"openvino.gather_nd": [[[0, 1], [2, 3]], [[2, 3], [0, 0]]],
+                "openvino.gather_elements": rng.integers(0, 3, size=(2, 3, 4)),
+                "openvino.gather-error": [[0, 2, 1]],
+                "openvino.gather-error-batch": [[0, 3, 1], [3, 2, 0]]}
+
+
+@pytest.mark.parametrize("dtype", UNSIGNED, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("op_id", list(UNSIGNED_OPS))
+def test_error_default_unsigned_indices(op_id, dtype):
+    fn, ref, _, bounds, _, node_types, label = ERROR_DEFAULT[op_id]
+    ok = np.asarray(UNSIGNED_OPS[op_id], dtype)
+    model = xgather.export.to_onnx(fn, [DATA_X, ok], opset=21, enable_double_precision=X64)
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, ok)), ref(DATA_X, ok, True))
+    top = np.iinfo(dtype).max
+    for value, shown in [(bounds[-1], bounds[-1]), (top, min(top, np.iinfo(np.int64).max))]:
+        bad = ok.copy().ravel()
+        bad[-1] = value
+        bad = bad.reshape(ok.shape)
+        with pytest.raises(IndexError):
+            ref(DATA_X, bad, True)
+        with pytest.raises(Exception, match=re.escape(_message(node_types, shown))):
+            _run_x(model, (DATA_X, bad))
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_error_default_under_vmap_exports_the_guard(opset):
+    # Under vmap the ONNX node gives way to the plain form of "error": the guard, then the gather.
+    fn = jax.vmap(P(xgather.onnx.gather, axis=0))  # per example: data (3, 4), indices (2,)
+    ok = np.asarray([[0, -1], [2, -3]], IDX)
+    model = xgather.export.to_onnx(fn, [DATA_X, ok], opset=opset, enable_double_precision=X64)
+    assert len(_guards(model)) == 1
+    want = np.stack([reference.gather(d, i, 0) for d, i in zip(DATA_X, ok, strict=True)])
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, ok)), want)
+    for value in (3, -4, 1000):
+        bad = ok.copy()
+        bad[1, 1] = value
+        with pytest.raises(IndexError):
+            reference.gather(DATA_X[1], bad[1], 0)
+        with pytest.raises(Exception, match=rf"onnx.Gather-13.*idx={value} must be within"):
+            _run_x(model, (DATA_X, bad))
+
+
+def test_error_default_tuples_under_vmap():
+    # One guard per index component, each with the size of its own axis.
+    fn = jax.vmap(xgather.bnns.gather_nd, in_axes=(None, 0))  # indices (2, 1, 2) into (2, 3, 4)
+    ok = np.asarray([[[0, 2]], [[1, 1]]], IDX)
+    model = xgather.export.to_onnx(fn, [DATA_X, ok], opset=21, enable_double_precision=X64)
+    assert len(_guards(model)) == 2
+    want = np.stack([reference.gather_nd(DATA_X, i, negative=False) for i in ok])
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, ok)), want)
+    for where, value, shown in [((1, 0, 1), -1, -4), ((1, 0, 1), 3, 3), ((0, 0, 0), 2, 2),
+                                ((0, 0, 0), -1, -3)]:
+        bad = ok.copy()
+        bad[where] = value
+        with pytest.raises(IndexError):
+            reference.gather_nd(DATA_X, bad[where[0]], negative=False)
+        with pytest.raises(Exception, match=rf"bnns.GatherND: index component {where[2]} .*"
+                                            rf"idx={shown} must be within"):
+            _run_x(model, (DATA_X, bad))
+
+
+@pytest.mark.parametrize("op_id", ["onnx.gather", "bnns.gather-batch", "bnns.gather_nd-batch"])
+def test_error_default_under_jvp(op_id):
+    fn, ref, ok, bounds, negative, _, label = ERROR_DEFAULT[op_id]
+    ok = np.asarray(ok, IDX)
+    tangent = (DATA_X * 3 - 1).astype(DATA_X.dtype)
+
+    def jvp(d, t, i):
+        return jax.jvp(lambda dd: fn(dd, i), (d,), (t,))[1]
+
+    model = xgather.export.to_onnx(jvp, [DATA_X, tangent, ok], opset=21,
+                                   enable_double_precision=X64)
+    assert _guards(model)  # the node, if any, gave way to the guard
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, tangent, ok)),
+                                  ref(tangent, ok, negative))
+    bad = ok.copy().ravel()
+    bad[-1] = bounds[-1]
+    with pytest.raises(Exception, match=rf"{re.escape(label)}.*idx={bounds[-1]} must be within"):
+        _run_x(model, (DATA_X, tangent, bad.reshape(ok.shape)))
+
+
+@pytest.mark.parametrize("op_id", ["onnx.gather", "labview.gather"])
+def test_error_default_under_grad(op_id):
+    # Reverse mode exports where jax2onnx lowers the scatter-add (a gather along axis 0 here).
+    fn = {"onnx.gather": P(xgather.onnx.gather, axis=0),
+          "labview.gather": P(xgather.labview.gather, axis=0, lda_coeff=-0.5)}[op_id]
+    scale = -0.5 if op_id == "labview.gather" else 1.0
+    ok = np.asarray([0, -1, 1, 1], IDX)
+    cot = (np.arange(4 * 3 * 4).reshape(4, 3, 4) % 5 - 2).astype(DATA_X.dtype)
+
+    def grad(d, i):
+        return jax.grad(lambda dd: (fn(dd, i) * cot).sum())(d)
+
+    model = xgather.export.to_onnx(grad, [DATA_X, ok], opset=21, enable_double_precision=X64)
+    assert _guards(model)
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, ok)),
+                                  reference.scatter_add_take(DATA_X.shape, ok, cot, 0,
+                                                             scale=scale))
+    for value in (2, -3):
+        with pytest.raises(Exception, match=rf"idx={value} must be within"):
+            _run_x(model, (DATA_X, np.asarray([0, -1, value, 1], IDX)))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_error_default_labview_jvp(training):
+    # lda coeff and training? shape the tangent in the export as in xgather.labview.
+    fn = P(xgather.labview.gather, axis=1, lda_coeff=0.5, training=training)
+    ok = np.asarray([0, -3, 2], IDX)
+    tangent = (DATA_X * 3 - 1).astype(DATA_X.dtype)
+
+    def jvp(d, t, i):
+        return jax.jvp(lambda dd: fn(dd, i), (d,), (t,))
+
+    model = xgather.export.to_onnx(jvp, [DATA_X, tangent, ok], opset=21,
+                                   enable_double_precision=X64)
+    sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+    names = [x.name for x in sess.get_inputs()]
+    out, tan = sess.run(None, dict(zip(names, (DATA_X, tangent, ok), strict=True)))
+    np.testing.assert_array_equal(out, reference.gather(DATA_X, ok, 1))
+    np.testing.assert_array_equal(tan, reference.gather(tangent, ok, 1) * (0.5 if training else 0))
+    with pytest.raises(Exception, match=r"labview.Gather.*idx=-4 must be within"):
+        sess.run(None, dict(zip(names, (DATA_X, tangent, np.asarray([0, -4, 2], IDX)),
+                                strict=True)))
+
+
+def test_error_default_empty_axis():
+    # No index is in range on an axis of size 0: any index fails, and an empty one gives
+    # an empty result.
+    fn = P(xgather.bnns.gather, axis=1, batch_dimension_count=1)
+    data = np.zeros((2, 0, 4), DATA_X.dtype)
+    idx = np.zeros((2, 3), IDX)
+    model = xgather.export.to_onnx(fn, [data, idx], opset=21, enable_double_precision=X64)
+    with pytest.raises(IndexError):
+        reference.gather(data, idx, 1, 1, negative=False)
+    with pytest.raises(Exception, match=r"bnns.Gather.*idx=0 must be within"):
+        _run_x(model, (data, idx))
+    empty = np.zeros((2, 0), IDX)
+    model = xgather.export.to_onnx(fn, [data, empty], opset=21, enable_double_precision=X64)
+    assert _run_x(model, (data, empty)).shape == (2, 0, 4)
+
+
+@pytest.mark.parametrize("op", [P(xgather.onnx.gather, axis=1),
+                                P(xgather.labview.gather, axis=1, negative_indices=False),
+                                P(xgather.openvino.gather_nd, batch_dims=1)],
+                         ids=["onnx.gather", "labview.gather-nonneg", "openvino.gather_nd"])
+def test_error_default_constant_indices_are_checked_at_export(op):
+    bad = np.asarray([[0, -4]] if op.func is not xgather.openvino.gather_nd
+                     else [[[0, 1]], [[3, 0]]], IDX)
+    with pytest.raises(xgather.OutOfBoundsError):
+        xgather.export.to_onnx(lambda d: op(d, bad), [DATA_X], opset=21,
+                               enable_double_precision=X64)
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_wide_indices_clip_and_fill_export(mode):
+    # In the x64 run the indices are int64: the export gathers on int32 ones once they are
+    # in range (no platform-dependent narrowing, which jax2onnx cannot lower).
+    fn = P(xgather.bnns.gather, axis=2, batch_dimension_count=1, mode=mode, fill_value=-7.5)
+    idx = np.asarray([[0, -1, 5], [3, 2, 1000]], IDX)
+    model = xgather.export.to_onnx(fn, [DATA_X, idx], opset=21, enable_double_precision=X64)
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, idx)),
+                                  reference.gather(DATA_X, idx, 2, 1, negative=False, oob=mode,
+                                                   fill=-7.5))
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(X64, reason="already the x64 run")
+def test_error_default_with_x64_on():
+    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts=", __file__, "-k",
+                           "(error_default or wide_indices) and not x64_on"],
+                          capture_output=True, text=True, env=env, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
 
 
 def test_promise_in_bounds_exports_as_the_onnx_node():
@@ -179,12 +524,6 @@ def test_error_mode_with_constant_indices_is_checked_at_export():
                                   reference.gather(DATA, ok, 1, negative=False))
     with pytest.raises(xgather.OutOfBoundsError, match="bnns.Gather"):
         _export(lambda d: xgather.bnns.gather(d, bad, 1), (DATA,), 21)
-
-
-def test_error_mode_names_the_remedy():
-    fn = functools.partial(xgather.onnx.gather, axis=1, negative_indices=False)
-    with pytest.raises(xgather.XGatherError, match="negative_indices=True exports as the ONNX"):
-        _export(fn, (DATA, _i([0])), 21)
 
 
 def test_eager_and_jit_after_export_use_fresh_traces():

@@ -5,23 +5,44 @@
 While jax2onnx traces, the plugin gives every op of every spec (they all reach
 ``lax.gather`` through ``xgather._apply.run``) its export form:
 
-* The ONNX ops become the very ONNX node (``Gather`` with ``axis``,
-  ``GatherND`` with ``batch_dims``, ``GatherElements`` with ``axis``) where
-  its semantics are xgather's: in the spec's default ``mode="error"`` with
-  negative indices wrapping (the node itself rejects an out-of-range index),
-  and in ``mode="promise_in_bounds"`` (in-range results agree; the rest is
-  undefined in both).
+* ``mode="error"``, the spec default of every op but OpenVINO Gather, exports
+  with a run-time check, onnxruntime's: its ``Gather``, ``GatherND`` and
+  ``GatherElements`` kernels reject an index outside ``[-s, s-1]`` (ONNX calls
+  such an index an error for these nodes, but the check is the runtime's). Where
+  a node computes the op's forward, the op exports as that node:
+
+  - ``Gather`` (``axis``): ONNX Gather, LabVIEW Gather, BNNS gather with
+    ``batch_dimension_count=0`` and OpenVINO Gather with ``batch_dims=0``;
+  - ``GatherND`` (``batch_dims``): ONNX, OpenVINO and BNNS GatherND, with a
+    ``Reshape`` after it for OpenVINO GatherND-5 (its batch dims folded);
+  - ``GatherElements`` (``axis``): ONNX and OpenVINO GatherElements, BNNS
+    gather along an axis.
+
+  Where the spec's range is ``[0, s-1]`` (BNNS, ``negative_indices=False``), a
+  negative index ``i`` is sent on as ``i - s`` (a compare, a max, a subtraction
+  and a select), which the node rejects where it would wrap ``i``. A gather with
+  batch dimensions (BNNS gather with ``batch_dimension_count``, OpenVINO Gather
+  when ``mode="error"`` is chosen), and any op under ``jax.vmap`` or a
+  derivative, takes a guard instead: ``Gather(Range(0, s, 1), indices)`` (one
+  per component of index tuples), whose result, the wrapped indices, the gather
+  then reads, so the check stays in the graph. The node that checks is named
+  after the op and its range (``xgather_0 bnns.Gather: indices must lie in
+  [0, 2] (a negative index i shows here as i - 3)``), which onnxruntime's error
+  shows; its Gather and GatherND errors also show the index, its GatherElements
+  error does not. Indices known at export (constants) are checked at export.
+  The check is there only where the output depends on the gather: JAX drops a
+  gather whose result is unused (e.g. the forward pass behind LabVIEW's zero
+  gradient with ``training=False``) before export, and its check with it.
+* The ONNX ops in ``mode="promise_in_bounds"`` become the very ONNX node too
+  (in-range results agree; the rest is undefined in both).
 * Everything else becomes plain ops: negative indices wrapped with a compare
   and a select, then ``"clip"`` clamps the indices and ``"fill"`` sends an
   out-of-range index to one slice of ``fill_value`` appended to ``data``
   along the indexed axis (a copy of ``data`` in the exported graph); the
-  gather itself runs on indices known to be in range. (jax2onnx 0.17.1 drops
-  ``lax.gather``'s clip and fill modes on its ``GatherND`` lowering, so they
-  are never left to it.) No ``BitCast``, an ONNX op from opset 26 only.
-* ``mode="error"`` that no ONNX node expresses (the OpenVINO, BNNS and LabVIEW
-  ops, and ``negative_indices=False``) is an error at export when the indices
-  are traced: ONNX has no run-time assert to raise it. Indices known at export
-  (constants) are checked then, and the gather runs unchecked.
+  gather itself runs on indices known to be in range (int32 where every axis
+  fits it). (jax2onnx 0.17.1 drops ``lax.gather``'s clip and fill modes on its
+  ``GatherND`` lowering, so they are never left to it.)
+* No ``BitCast``, an ONNX op from opset 26 only, in any form.
 
 xgather caches one jitted function per plan; a trace made while jax2onnx's
 patches are active would be reused by later eager calls, so the plugin clears
@@ -33,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,19 +66,51 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from xgather import _apply, _dtypes, _modes
-from xgather._errors import fail
 
 #: The opsets the tests export at.
 TESTED_OPSETS = (17, 18, 19, 20, 21)
 
-# plan.op without its version -> the ONNX node it can export as
-_NODES = {"onnx.Gather": "Gather", "onnx.GatherND": "GatherND",
-          "onnx.GatherElements": "GatherElements"}
+# The spec's op (plan.op without version or LabVIEW label) -> the ONNX node of its forward
+_KINDS = {"onnx.Gather": "Gather", "openvino.Gather": "Gather", "bnns.Gather": "Gather",
+          "labview.Gather": "Gather", "onnx.GatherND": "GatherND",
+          "openvino.GatherND": "GatherND", "bnns.GatherND": "GatherND",
+          "onnx.GatherElements": "GatherElements", "openvino.GatherElements": "GatherElements",
+          "bnns.GatherAlongAxis": "GatherElements"}
+_NODE_TYPES = ("Gather", "GatherND", "GatherElements")
 
 
 def clear_caches() -> None:
     """Drop xgather's cached jitted functions (and so the traces they hold)."""
     _apply.clear_caches()
+
+
+def _spec_op(plan) -> str:
+    """``"labview.Gather"`` for ``"labview.Gather[name]->out"``, ``"onnx.Gather"`` for
+    ``"onnx.Gather-13"``."""
+    return re.match(r"[a-z]+\.[A-Za-z]+", plan.op).group(0)
+
+
+def _node_type(plan) -> str | None:
+    """The ONNX node that computes the op's forward on these shapes, or None.
+
+    Gather (``axis``) has no batch dimensions; GatherND (``batch_dims``) is every
+    tuple gather, OpenVINO GatherND-5's folded batch dims a Reshape after it;
+    GatherElements (``axis``) every element gather.
+    """
+    kind = _KINDS.get(_spec_op(plan))
+    if kind == "Gather" and plan.batch_dims:
+        return None
+    return kind
+
+
+def _describe(op: str, bounds, negative: bool, what: str) -> str:
+    """What an exported check enforces, for the name of its node (onnxruntime shows it)."""
+    ranges = " x ".join(f"[{-s if negative else 0}, {s - 1}]" for s in bounds)
+    text = f"{op}: {what} must lie in {ranges}"
+    if not negative:
+        size = bounds[0] if len(bounds) == 1 else "s"
+        text += f" (a negative index i shows here as i - {size})"
+    return text
 
 
 # --- the ONNX-node path: one primitive per ONNX op -------------------------------------------
@@ -76,8 +130,20 @@ def _node_primitive(op_type: str) -> Primitive:
 
     def jvp(primals, tangents, *, attr, call):
         data, indices = primals
-        return jax.jvp(lambda d: call.plain(d, indices), (data,),
-                       (ad.instantiate_zeros(tangents[0]),))
+        options = dict(call.options)
+        grad = options.pop("grad", None)
+        if grad is not None:
+            # LabVIEW: the tangent is lda_coeff * gather(tangent), or zero when not training
+            # (xgather._grad), spelled out here: through _grad's custom_jvp the indices would
+            # carry a float0 tangent, which jax2onnx cannot export.
+            call = _Call(call.run, call.plan, call.mode, call.fill_value, options)
+        out, tangent = jax.jvp(lambda d: call.plain(d, indices), (data,),
+                               (ad.instantiate_zeros(tangents[0]),))
+        if grad is not None:
+            training, coeff = grad
+            tangent = tangent * jnp.asarray(coeff, tangent.dtype) if training \
+                else jnp.zeros_like(tangent)
+        return out, tangent
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
@@ -86,7 +152,7 @@ def _node_primitive(op_type: str) -> Primitive:
     return prim
 
 
-_PRIMS = {op_type: _node_primitive(op_type) for op_type in _NODES.values()}
+_PRIMS = {op_type: _node_primitive(op_type) for op_type in _NODE_TYPES}
 
 
 class _Call:
@@ -104,14 +170,93 @@ class _Call:
                         **dict(self.options))
 
     def plain(self, data, indices):
+        # The node's indices: for "error", already in the form of _onnx_range.
         return _export(self.run, self.plan, data, indices, self.mode, self.fill_value,
-                       node=False, **dict(self.options))
+                       node=False, in_onnx_range=True, **dict(self.options))
 
     def __hash__(self):
         return hash(self._key())
 
     def __eq__(self, other):
         return isinstance(other, _Call) and self._key() == other._key()
+
+
+def _node(op_type: str, run: Callable, plan, data, indices, mode: str, fill_value, options):
+    attr = plan.batch_dims if op_type == "GatherND" else plan.index_axes[0]
+    return _PRIMS[op_type].bind(jnp.asarray(data), jnp.asarray(indices), attr=attr,
+                                call=_Call(run, plan, mode, fill_value, options))
+
+
+# --- mode="error": onnxruntime's own bounds check ----------------------------------------------
+
+def _onnx_range(plan, idx):
+    """Indices whose out-of-range ones lie outside ONNX's ``[-s, s-1]`` too.
+
+    Where the spec's range is ``[0, s-1]``, a negative index ``i`` becomes
+    ``i - s`` (saturated at the dtype's minimum, on axes of more than 2**30
+    elements with int32 indices), which onnxruntime rejects where it would
+    have wrapped ``i``; the index as given is unchanged otherwise. uint64
+    indices past int64's range saturate at its maximum (the node's indices are
+    int64). Plain compares, subtractions and selects.
+    """
+    idx = _modes.widen(idx)
+    if idx.dtype == jnp.uint64:
+        idx = jnp.minimum(idx, jnp.asarray(np.iinfo(np.int64).max, idx.dtype))
+    if not plan.negative and jnp.issubdtype(idx.dtype, jnp.signedinteger):
+        s = np.asarray(plan.bounds, idx.dtype)
+        s = s.reshape((1,) * (idx.ndim - 1) + (-1,)) if plan.index_vector else s[0]
+        low = np.iinfo(idx.dtype).min + s  # i - s saturates here
+        idx = jnp.where(idx < 0, jnp.maximum(idx, jnp.asarray(low, idx.dtype)) - s, idx)
+    return idx
+
+
+def _guard_impl(indices, *, op, bounds, negative, vector):
+    """The guard outside an export: the wrap alone (onnxruntime's check is the guard's point)."""
+    if not jnp.issubdtype(indices.dtype, jnp.signedinteger):
+        return indices
+    s = np.asarray(bounds, indices.dtype)
+    s = s.reshape((1,) * (indices.ndim - 1) + (-1,)) if vector else s[0]
+    return jnp.where(indices < 0, indices + s, indices)
+
+
+def _guard_batch(args, dims, **params):
+    (indices,), (dim,) = args, dims
+    return _GUARD.bind(jnp.moveaxis(indices, dim, 0), **params), 0
+
+
+def _guard_jvp(primals, tangents, **params):
+    out = _GUARD.bind(*primals, **params)
+    return out, ad.Zero.from_primal_value(out)
+
+
+#: ``guard(indices)``: the indices wrapped into ``[0, s-1]``, each checked by onnxruntime.
+#: Exports as ``Gather(Range(0, s, 1), indices)`` (one per component of index tuples):
+#: onnxruntime rejects an index outside ``[-s, s-1]`` and names it, and the gather that
+#: follows reads its result, so the check stays in the graph.
+_GUARD = Primitive("xgather.export.guard")
+_GUARD.def_impl(_guard_impl)
+_GUARD.def_abstract_eval(lambda indices, **_: indices.update(weak_type=False))
+batching.primitive_batchers[_GUARD] = _guard_batch
+ad.primitive_jvps[_GUARD] = _guard_jvp
+
+
+def _guarded(run: Callable, plan, data, indices, options, in_onnx_range: bool = False):
+    """``mode="error"`` with no node for it: the guard, then the gather on in-range indices."""
+    idx = jnp.asarray(indices)
+    idx = _GUARD.bind(idx if in_onnx_range else _onnx_range(plan, idx), op=plan.op,
+                      bounds=plan.bounds, negative=plan.negative, vector=plan.index_vector)
+    plan = dataclasses.replace(plan, negative=False)
+    empty = [a for a in plan.index_axes if plan.data_shape[a] == 0]
+    if empty:
+        # An empty axis has no index in range: the guard rejects every index. The gather
+        # reads one slice of zeros appended there, so that its result depends on the guard.
+        data = jnp.asarray(data)
+        data = jnp.pad(data, [(0, int(a in empty)) for a in range(data.ndim)])
+        crop = plan.data_crop
+        if crop is not None:
+            crop = tuple(c + int(a in empty) for a, c in enumerate(crop))
+        plan = dataclasses.replace(plan, data_shape=data.shape, data_crop=crop)
+    return run(plan, data, _int32(plan, idx), "promise_in_bounds", None, **options)
 
 
 # --- the plain path: indices made in range with compares and selects ---------------------------
@@ -129,6 +274,17 @@ def _in_range(plan, idx):
     if plan.index_vector:
         valid = jnp.all(valid, axis=-1, keepdims=True)
     return idx, valid, s
+
+
+def _int32(plan, idx):
+    """In-range 64-bit indices as int32 where every axis fits it.
+
+    The gather then needs no narrowing of 64-bit indices (:func:`xgather._modes.narrow`,
+    a platform-dependent clamp jax2onnx has no plugin for), so x64 exports too.
+    """
+    if jnp.dtype(idx.dtype).itemsize == 8 and max(plan.bounds, default=0) < 2**31:
+        return idx.astype(jnp.int32)
+    return idx
 
 
 def _plain(plan, mode: str, fill_value, data, idx):
@@ -156,21 +312,24 @@ def _plain(plan, mode: str, fill_value, data, idx):
 
 
 def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
-            node: bool = True, **options):
-    """``xgather._apply.run`` as it exports: the ONNX node, or plain ops on in-range indices."""
-    op_type = _NODES.get(plan.op.rsplit("-", 1)[0])
-    if node and op_type and (mode == "promise_in_bounds" or (mode == "error" and plan.negative)):
-        attr = plan.batch_dims if op_type == "GatherND" else plan.index_axes[0]
-        return _PRIMS[op_type].bind(jnp.asarray(data), jnp.asarray(indices), attr=attr,
-                                    call=_Call(run, plan, mode, fill_value, options))
+            node: bool = True, in_onnx_range: bool = False, **options):
+    """``xgather._apply.run`` as it exports: the ONNX node, or plain ops on in-range indices.
+
+    ``node=False`` is the plain form (under vmap or a derivative); ``in_onnx_range``
+    says the indices went through :func:`_onnx_range` already (the node's indices).
+    """
+    op_type = _node_type(plan)
     if mode == "error":
-        if _dtypes.is_traced(indices):
-            hint = ("; negative_indices=True exports as the ONNX node" if op_type
-                    else "; the xgather.onnx ops export as the ONNX node")
-            fail(plan.op, 'mode="error" cannot be exported, ONNX has no run-time check: '
-                 'pass mode="clip", "fill" or "promise_in_bounds"' + hint)
-        _modes.host_check(plan, indices)  # indices known at export: the check, now
-        mode = "promise_in_bounds"
+        if not _dtypes.is_traced(indices):
+            _modes.host_check(plan, indices)  # indices known at export: the check, now
+            mode = "promise_in_bounds"
+        elif node and op_type:
+            return _node(op_type, run, plan, data, _onnx_range(plan, jnp.asarray(indices)),
+                         mode, fill_value, options)
+        else:
+            return _guarded(run, plan, data, indices, options, in_onnx_range)
+    if node and mode == "promise_in_bounds" and _spec_op(plan).startswith("onnx."):
+        return _node(op_type, run, plan, data, indices, mode, fill_value, options)
     if 0 in plan.bounds and not (mode == "clip" and np.size(indices)):
         # Nothing to index: every index is out of range, and the op fills (clip raises).
         fill = 0 if fill_value is None else fill_value
@@ -178,7 +337,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
     if mode != "promise_in_bounds":  # clamped or sent to the fill slot: no longer promises
         options.update(indices_are_sorted=False, unique_indices=False)
     plan, data, indices = _plain(plan, mode, fill_value, data, indices)
-    return run(plan, data, indices, "promise_in_bounds", None, **options)
+    return run(plan, data, _int32(plan, indices), "promise_in_bounds", None, **options)
 
 
 # --- the jax2onnx plugin ------------------------------------------------------------------------
@@ -204,8 +363,33 @@ def register_jax2onnx() -> None:
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("xgather.export needs jax2onnx: pip install 'xgather[export]'") from err
 
+    def typed(value, dtype, shape):
+        value.type = ir.TensorType(dtype)
+        value.shape = ir.Shape(shape)
+        return value
+
+    def named(value, ctx, plan):
+        # onnxruntime names the failing node in its error: say what xgather checks there.
+        node = value.producer()
+        if node is not None:
+            what = "index tuples" if plan.index_vector else "indices"
+            node.name = (f"{ctx.fresh_name('xgather')} "
+                         f"{_describe(plan.op, plan.bounds, plan.negative, what)}")
+        return value
+
+    def const(ctx, value, dtype):
+        return ctx.bind_const_for_var(object(), np.asarray(value, dtype))
+
+    def index_input(ctx, idx, aval, accepted):
+        """``idx`` as the node takes it: cast to int64 unless its dtype is accepted."""
+        if np.dtype(aval.dtype) in accepted:
+            return idx
+        idx = ctx.builder.Cast(idx, _outputs=[ctx.fresh_name("xgather_indices64")],
+                               to=int(ir.DataType.INT64.value))
+        return typed(idx, ir.DataType.INT64, aval.shape)
+
     class _NodePlugin(PrimitiveLeafPlugin):
-        """Lowers one xgather.onnx primitive to its ONNX node."""
+        """Lowers one xgather node primitive to its ONNX node (GatherND-5's Reshape after it)."""
 
         op_type: str
         attr_name: str
@@ -213,18 +397,70 @@ def register_jax2onnx() -> None:
         def lower(self, ctx, eqn):
             data_var, idx_var = eqn.invars
             out_var = eqn.outvars[0]
+            plan = eqn.params["call"].plan
             data = ctx.get_value_for_var(data_var, name_hint=ctx.fresh_name("xgather_data"))
             idx = ctx.get_value_for_var(idx_var, name_hint=ctx.fresh_name("xgather_indices"))
-            if self.op_type == "GatherND" and idx_var.aval.dtype != np.int64:
-                idx = ctx.builder.Cast(idx, _outputs=[ctx.fresh_name("xgather_indices64")],
-                                       to=int(ir.DataType.INT64.value))
-                idx.type = ir.TensorType(ir.DataType.INT64)
-                idx.shape = ir.Shape(idx_var.aval.shape)
+            accepted = (np.int64,) if self.op_type == "GatherND" else (np.int32, np.int64)
+            idx = index_input(ctx, idx, idx_var.aval, tuple(map(np.dtype, accepted)))
+            dtype = ir.DataType(data.type.dtype)
+            folded = self.op_type == "GatherND" and plan.gather_shape != tuple(out_var.aval.shape)
             out = getattr(ctx.builder, self.op_type)(
                 data, idx, _outputs=[ctx.fresh_name(self.op_type)],
                 **{self.attr_name: int(eqn.params["attr"])})
-            out.type = ir.TensorType(ir.DataType(data.type.dtype))
-            out.shape = ir.Shape(out_var.aval.shape)
+            out = named(typed(out, dtype, plan.gather_shape if folded else out_var.aval.shape),
+                        ctx, plan)
+            if folded:  # OpenVINO GatherND-5: the batch dimensions folded into one
+                shape = const(ctx, out_var.aval.shape, np.int64)
+                out = typed(ctx.builder.Reshape(out, shape, _outputs=[ctx.fresh_name("Reshape")]),
+                            dtype, out_var.aval.shape)
+            ctx.bind_value_for_var(out_var, out)
+
+    class _GuardPlugin(PrimitiveLeafPlugin):
+        """Lowers the guard: ``Gather(Range(0, s, 1), indices)``, per component of tuples."""
+
+        def lower(self, ctx, eqn):
+            (idx_var,), (out_var,) = eqn.invars, eqn.outvars
+            bounds, vector = eqn.params["bounds"], eqn.params["vector"]
+            aval = idx_var.aval
+            idx = ctx.get_value_for_var(idx_var, name_hint=ctx.fresh_name("xgather_indices"))
+            work = np.dtype(aval.dtype)
+            if work not in (np.dtype(np.int32), np.dtype(np.int64)):
+                work = np.dtype(np.int64)
+                idx = index_input(ctx, idx, aval, ())
+            irtype = ir.DataType.INT32 if work == np.int32 else ir.DataType.INT64
+            shape = tuple(aval.shape)
+
+            def check(column, s, what):
+                table = ctx.builder.Range(const(ctx, 0, work), const(ctx, s, work),
+                                          const(ctx, 1, work),
+                                          _outputs=[ctx.fresh_name("xgather_positions")])
+                typed(table, irtype, (s,))
+                out = ctx.builder.Gather(table, column, axis=0,
+                                         _outputs=[ctx.fresh_name("xgather_checked")])
+                name = _describe(eqn.params["op"], (s,), eqn.params["negative"], what)
+                out = typed(out, irtype, shape[:-1] if vector else shape)
+                out.producer().name = f"{ctx.fresh_name('xgather')} {name}"  # shown on failure
+                return out
+
+            if not vector:
+                out = check(idx, bounds[0], "indices")
+            else:
+                columns = []
+                for j, s in enumerate(bounds):
+                    column = typed(ctx.builder.Gather(idx, const(ctx, j, np.int64), axis=-1,
+                                                      _outputs=[ctx.fresh_name("xgather_comp")]),
+                                   irtype, shape[:-1])
+                    checked = check(column, s, f"index component {j}")
+                    columns.append(typed(ctx.builder.Unsqueeze(
+                        checked, const(ctx, [-1], np.int64),
+                        _outputs=[ctx.fresh_name("xgather_comp")]), irtype, shape[:-1] + (1,)))
+                out = columns[0] if len(columns) == 1 else typed(ctx.builder.Concat(
+                    *columns, axis=-1, _outputs=[ctx.fresh_name("xgather_checked")]),
+                    irtype, shape)
+            if work != np.dtype(aval.dtype):  # back to the unsigned dtype (values in range)
+                back = ir.DataType.from_numpy(np.dtype(aval.dtype))
+                out = typed(ctx.builder.Cast(out, _outputs=[ctx.fresh_name("xgather_checked")],
+                                             to=int(back.value)), back, shape)
             ctx.bind_value_for_var(out_var, out)
 
     class _RunPlugin(_NodePlugin):
@@ -248,7 +484,7 @@ def register_jax2onnx() -> None:
             finally:
                 clear_caches()
 
-    for op_type in _NODES.values():
+    for op_type in _NODE_TYPES:
         attrs = {"op_type": op_type, "attr_name": "batch_dims" if op_type == "GatherND" else "axis",
                  "_PRIM": _PRIMS[op_type], "_ABSTRACT_EVAL_BOUND": True}
         cls = type(f"XGather{op_type}Plugin",
@@ -258,6 +494,13 @@ def register_jax2onnx() -> None:
             jaxpr_primitive=_PRIMS[op_type].name, context="primitives.xgather",
             component=f"xgather.onnx.{op_type}", onnx=[{"component": op_type, "doc": doc}],
             since="xgather 0.1.0", testcases=[])(cls)
+    cls = type("XGatherGuardPlugin", (_GuardPlugin,),
+               {"_PRIM": _GUARD, "_ABSTRACT_EVAL_BOUND": True})
+    _registered["guard"] = register_primitive(
+        jaxpr_primitive=_GUARD.name, context="primitives.xgather", component="xgather.guard",
+        onnx=[{"component": op, "doc": f"https://onnx.ai/onnx/operators/onnx__{op}.html"}
+              for op in ("Range", "Gather")],
+        since="xgather 0.1.0", testcases=[])(cls)
 
 
 def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
@@ -266,7 +509,8 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
     Args:
       fn: a JAX function of arrays built on xgather ops (and anything jax2onnx exports).
       inputs: one ``jax.ShapeDtypeStruct`` (or array, or shape tuple) per argument of
-        ``fn``. With ``jax_enable_x64`` off, 64-bit inputs export as 32-bit ones.
+        ``fn``. 64-bit inputs export as 32-bit ones unless ``jax_enable_x64`` is on
+        and ``enable_double_precision=True`` is passed (which makes float32 float64 too).
       opset: the model's ONNX opset; 17 to 21 are tested.
       **kwargs: passed to ``jax2onnx.to_onnx`` (``model_name``, ``return_mode``, ...).
 
