@@ -113,7 +113,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
     def run(data, indices):
         with jax.named_scope(plan.op):
             data, indices = place(data, data_sharding), place(indices, idx_sharding)
-            idx = _apply.prepare(plan, mode, indices)  # check (global), wrap negatives
+            _, idx = _apply.prepare(plan, mode, indices)  # check (global), wrap negatives
             if mode == "clip":
                 idx = jnp.clip(idx, 0, n_rows - 1)
             out = body(data, idx)
