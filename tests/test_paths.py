@@ -141,13 +141,27 @@ CASES = [  # (op, data shape, indices shape, args, index bound, reference)
 ]
 
 
-@pytest.fixture(params=["fused", "separate"])
+@pytest.fixture(params=["fused", "branch"])
 def wrap_pass(request, monkeypatch):
-    """Plans made with the wrap inside the gather, or in a pass of its own (a branch)."""
-    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1 if request.param == "separate" else 2**62)
+    """Plans made with the wrap inside the gather, or in a branch ("separate" for row
+    gathers, "gather" for element gathers: see _expected_pass)."""
+    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1 if request.param == "branch" else 2**62)
     xgather._apply.clear_caches()
     yield request.param
     xgather._apply.clear_caches()
+
+
+def _expected_pass(wrap_pass, plan):
+    if wrap_pass == "fused":
+        return "fused"
+    return "separate" if np.prod(plan.out_shape) >= _plan._ROWS * plan.index_count else "gather"
+
+
+def test_the_cases_take_every_pass(monkeypatch):
+    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1)
+    passes = {xgather.explain(op, np.zeros(d, np.float32), np.zeros(i, np.int32), *a).wrap_pass
+              for op, d, i, a, _, _ in CASES}
+    assert passes == {"separate", "gather"}
 
 
 def _reference(op, data, idx, args, oob):
@@ -174,8 +188,8 @@ def test_both_wrap_passes_match_the_loops(case, mode, draw, wrap_pass):
         idx.reshape(-1)[0] = -1  # at least one negative index, in range
     assert (idx < 0).any() == (draw == "mixed")
     plan = xgather.explain(op, data, idx, *args)
-    assert plan.wrap_pass == wrap_pass
-    assert _plan._WRAP_TEXT[wrap_pass] in str(plan)
+    assert plan.wrap_pass == _expected_pass(wrap_pass, plan)
+    assert _plan._WRAP_TEXT[plan.wrap_pass] in str(plan)
     oob = {"error": "error", "clip": "clip", "fill": "fill", "promise_in_bounds": "error"}[mode]
     reference = _reference(op, data, idx, args, oob)
     f = jax.jit(lambda d, i: op(d, i, *args, mode=mode))
@@ -208,12 +222,36 @@ def test_both_wrap_passes_report_a_bad_index(case, where, wrap_pass):
         xgather.checked(jax.jit(lambda d, i: op(d, i, *args)))(data, idx)
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
+@pytest.mark.parametrize("mode", ["error", "clip", "fill"])
+def test_both_wrap_passes_differentiate(case, mode, wrap_pass):
+    """The gradient through either pass is the scatter-add of the cotangent at the positions
+    the NumPy loops read (found by gathering a flat iota); fill sends none back."""
+    op, dshape, ishape, args, s, want = case
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    lo, hi = (-s, s) if mode == "error" else (-s - 2, s + 2)
+    idx = rng.integers(lo, hi, ishape).astype(np.int32)
+    idx.reshape(-1)[0] = -1
+    iota = np.arange(data.size, dtype=np.int64).reshape(dshape)
+    pos = _reference(op, iota, idx, args, mode)  # the flat position each output reads
+    if mode == "fill":  # a filled slot reads nothing: gathering ones tells which
+        pos = np.where(_reference(op, np.ones(dshape), idx, args, "fill") == 0, -1, pos)
+    out = np.where(pos >= 0, data.reshape(-1)[np.maximum(pos, 0)], 0)
+    expected = np.zeros(data.size, np.float32)
+    np.add.at(expected, pos[pos >= 0], 2 * out[pos >= 0])
+    f = jax.grad(lambda d, i: (op(d, i, *args, mode=mode) ** 2).sum())
+    if mode == "error":
+        f = xgather.checked(f)
+    np.testing.assert_allclose(f(data, idx), expected.reshape(dshape), rtol=1e-6)
+
+
 def test_the_default_threshold_takes_each_pass():
     small = xgather.explain(G, np.zeros((100, 16), np.float32), np.zeros(10, np.int32))
     large = xgather.explain(G, np.zeros((100, 512), np.float32), np.zeros(1024, np.int32))
     element = xgather.explain(EL, np.zeros((256, 256), np.float32), np.zeros((256, 256), np.int32))
     assert (small.wrap_pass, large.wrap_pass, element.wrap_pass) == ("fused", "separate",
-                                                                    "separate")
+                                                                    "gather")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")

@@ -15,22 +15,24 @@ from xgather._errors import OutOfBoundsError, fail
 from xgather._plan import Plan
 
 
-def prepare(plan: Plan, mode: str, indices, flag: bool = False):
-    """The indices as the gather takes them, and with ``flag``, the bound check's flag.
+def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None):
+    """``use`` (the gather; identity if None) of the indices made ready, and the flag.
 
-    Returns ``(bad, indices)``: negative indices wrapped where the spec says so
-    (in a pass of their own, skipped when none is negative, where the gather
-    copies many elements: see :func:`xgather._modes.flag_and_wrap`), 64-bit
-    indices narrowed on XLA:CPU; ``bad`` (None without ``flag``) is true where
-    some index lies outside the spec's range. ``"error"`` emits the checkify
-    check on ``bad`` (``flag`` is then implied).
+    Returns ``(bad, use(indices))``: negative indices wrapped where the spec says
+    so (for larger gathers in a branch of their own, skipped when no index is
+    negative: see :func:`xgather._modes.flag_and_wrap`), 64-bit indices narrowed
+    on XLA:CPU; ``bad`` (None without ``flag``) is true where some index lies
+    outside the spec's range. ``"error"`` emits the checkify check on ``bad``
+    (``flag`` is then implied).
     """
     indices = _modes.widen(indices)
     error = mode == "error"
-    bad, idx = _modes.flag_and_wrap(plan, indices, flag or error)
+    use = use or (lambda i: i)
+    bad, out = _modes.flag_and_wrap(plan, indices, flag or error,
+                                    lambda i: use(_modes.narrow(plan, i)))
     if error:
         _modes.check(plan, indices, bad)
-    return bad, _modes.narrow(plan, idx)
+    return bad, out
 
 
 def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
@@ -73,11 +75,12 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, 
     ``(training, coeff)`` pair that reshapes the derivative (see :mod:`xgather._grad`).
     With ``flag``, returns ``(bad, out)`` (see :func:`prepare`).
     """
-    bad, idx = prepare(plan, mode, indices, flag)
-    if grad is None:
-        out = gather_prepared(plan, mode, fill_value, hints, data, idx)
-    else:
-        out = _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+    def gather(idx):
+        if grad is None:
+            return gather_prepared(plan, mode, fill_value, hints, data, idx)
+        return _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+
+    bad, out = prepare(plan, mode, indices, flag, gather)
     return (bad, out) if flag else out
 
 

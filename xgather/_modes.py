@@ -188,34 +188,44 @@ def outside(plan, indices):
     return indices >= s
 
 
-def flag_and_wrap(plan, indices, flag: bool):
-    """The indices wrapped, and (with ``flag``) whether one is outside the spec's range.
+def flag_and_wrap(plan, indices, flag: bool, use=None):
+    """``use`` (the gather) of the indices wrapped, and with ``flag`` whether one is bad.
 
-    Returns ``(bad, indices)``; ``bad`` is None without ``flag``. Where the plan
-    wraps in a pass of its own (``plan.wrap_pass == "separate"``), one reduction
-    over the indices asks whether any lies outside ``[0, s-1]``; only then does a
-    branch of a conditional compute the flag and the wrap. Indices already in
-    ``[0, s-1]``, the common case, so cost one read and go to the gather as they
-    are. The branch also keeps the wrap's compare, add and select out of the
-    gather: XLA fuses such cheap producers into it, where they are recomputed for
-    every element copied (neither an optimization barrier, which XLA:CPU removes
-    before fusion, nor an expensive op in between stops that; a conditional does).
-    Small gathers (``"fused"``) wrap inside the gather: a branch costs more there.
+    Returns ``(bad, use(wrapped))``; ``bad`` (None without ``flag``) is true where
+    an index lies outside the spec's range. By ``plan.wrap_pass``:
+
+    * ``"fused"`` (small gathers): the wrap is a compare and a select inside the
+      gather, where a branch would cost more.
+    * ``"separate"`` and ``"gather"``: one reduction over the indices asks whether
+      any lies outside ``[0, s-1]``; only then does a branch of a conditional
+      compute the flag and the wrap. Indices in ``[0, s-1]``, the common case, so
+      cost one read. The branch also keeps the wrap out of the gather: XLA fuses
+      such cheap producers into it, where they are recomputed for every element
+      copied (neither an optimization barrier, which XLA:CPU removes before
+      fusion, nor an expensive op in between stops that; a conditional does).
+      With ``"gather"`` (element gathers, as many indices as elements copied)
+      ``use`` runs inside each branch, so that the indices are not copied out of
+      the conditional; with ``"separate"`` (row gathers) after it.
     """
+    use = use or (lambda i: i)
     if not wraps(plan, indices):
-        return (any_bad(plan, indices) if flag else None), indices
+        return (any_bad(plan, indices) if flag else None), use(indices)
     if plan.wrap_pass == "fused":
-        return (any_bad(plan, indices) if flag else None), wrap(plan, indices)
+        return (any_bad(plan, indices) if flag else None), use(wrap(plan, indices))
+    inner = use if plan.wrap_pass == "gather" else (lambda i: i)
+    outer = (lambda i: i) if plan.wrap_pass == "gather" else use
     if not flag:
-        return None, lax.cond(_any(indices < 0), lambda i: wrap(plan, i), lambda i: i, indices)
+        return None, outer(lax.cond(_any(indices < 0), lambda i: inner(wrap(plan, i)), inner,
+                                    indices))
 
     def some_outside(i):  # taken only where an index is negative or bad: compiled lean
-        return any_bad(plan, i, blocked=False), wrap(plan, i)
+        return any_bad(plan, i, blocked=False), inner(wrap(plan, i))
 
     def all_inside(i):
-        return jnp.zeros((), bool), i
+        return jnp.zeros((), bool), inner(i)
 
-    return lax.cond(_any(outside(plan, indices)), some_outside, all_inside, indices)
+    bad, out = lax.cond(_any(outside(plan, indices)), some_outside, all_inside, indices)
+    return bad, outer(out)
 
 
 def narrow(plan, indices):

@@ -26,7 +26,12 @@ LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching")
 # Output elements from which the negative wrap gets a pass of its own (skipped when no
 # index is negative); below, it is computed inside the gather, where a branch would cost more.
 _SEPARATE_WRAP = 1 << 14
+# Elements copied per index from which the wrapped indices leave their branch (row gathers);
+# below, the gather goes into the branch (element gathers: a copy of the indices out of a
+# conditional would cost about as much as the gather).
+_ROWS = 4
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
+              "gather": "in a branch with its own gather, when some index is negative",
               "fused": "inside the gather"}
 
 
@@ -64,12 +69,14 @@ class Plan:
         ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made).
         Row batching is an XLA:CPU choice; other backends take ``"vmap"``.
         Every lowering is correct on every backend.
-      wrap_pass: where negative indices are wrapped: ``"separate"`` (for
-        gathers of ``_SEPARATE_WRAP`` output elements or more: one pass over the
-        indices asks whether any is outside ``[0, s-1]``, and only then are they
-        wrapped, in a pass of their own, once per index rather than once per
-        element copied) or ``"fused"`` (small gathers: inside the gather's loop,
-        where a branch would cost more than the wrap). Unused where negative
+      wrap_pass: where negative indices are wrapped: ``"fused"`` (small
+        gathers: inside the gather's loop, where a branch would cost more than
+        the wrap), or, for gathers of ``_SEPARATE_WRAP`` output elements or more,
+        in a branch taken only when some index is outside ``[0, s-1]`` (one pass
+        over the indices asks), once per index rather than once per element
+        copied: ``"separate"`` (row gathers, ``_ROWS`` or more elements per
+        index: the branch returns the wrapped indices) or ``"gather"`` (element
+        gathers: each branch holds the gather too). Unused where negative
         indices do not wrap.
       model_opset: for ONNX ops, the model's opset_import that ``op``'s version
         was resolved from (``"onnx.Gather-13"`` at model opset 21); ``None`` elsewhere.
@@ -98,8 +105,10 @@ class Plan:
 
     @property
     def wrap_pass(self) -> str:
-        n = self.index_count
-        return "separate" if n and math.prod(self.out_shape) >= _SEPARATE_WRAP else "fused"
+        n, out = self.index_count, math.prod(self.out_shape)
+        if not n or out < _SEPARATE_WRAP:
+            return "fused"
+        return "separate" if out >= _ROWS * n else "gather"
     model_opset: int | None = None
 
     @property
