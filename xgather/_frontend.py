@@ -22,6 +22,8 @@ from xgather._errors import fail
 #: Signature -> runner, filled by :func:`call`; :func:`xgather._apply.clear_caches` empties it.
 RUNNERS: dict = {}
 _pending = threading.local()  # the signature of the eager call being settled
+
+
 def _concrete_types() -> frozenset[type]:
     """NumPy arrays and JAX's concrete array class (tracers are not concrete)."""
     from jax._src.array import ArrayImpl

@@ -181,14 +181,11 @@ def wraps(plan, indices) -> bool:
 
 
 def outside(plan, indices):
-    """True where an index lies outside ``[0, s-1]``: a negative one, or one past the end."""
-    s = bounds_array(plan, indices)
-    if jnp.issubdtype(indices.dtype, jnp.signedinteger):
-        return (indices < 0) | (indices >= s)
-    return indices >= s
+    """True where a (signed) index lies outside ``[0, s-1]``: negative, or past the end."""
+    return (indices < 0) | (indices >= bounds_array(plan, indices))
 
 
-def flag_and_wrap(plan, indices, flag: bool, use=None):
+def flag_and_wrap(plan, indices, flag: bool, use):
     """``use`` (the gather) of the indices wrapped, and with ``flag`` whether one is bad.
 
     Returns ``(bad, use(wrapped))``; ``bad`` (None without ``flag``) is true where
@@ -207,7 +204,6 @@ def flag_and_wrap(plan, indices, flag: bool, use=None):
       ``use`` runs inside each branch, so that the indices are not copied out of
       the conditional; with ``"separate"`` (row gathers) after it.
     """
-    use = use or (lambda i: i)
     if not wraps(plan, indices):
         return (any_bad(plan, indices) if flag else None), use(indices)
     if plan.wrap_pass == "fused":
