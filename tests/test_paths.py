@@ -103,7 +103,7 @@ def test_checked_runs_without_the_report_until_an_index_is_bad():
 
     g = xgather.checked(f)
     data = np.arange(20, dtype=np.float32).reshape(4, 5)
-    for i in ([0, 1], [4, -5], [2, 2]):
+    for i in ([0, 1], [4, 3], [2, 2]):
         i = np.array(i, np.int32)
         np.testing.assert_allclose(g(data, i), ref.gather(data, i, 1).sum(axis=-1))
     assert len(calls) == 1  # one trace for the fast program
@@ -114,6 +114,56 @@ def test_checked_runs_without_the_report_until_an_index_is_bad():
     with pytest.raises(OutOfBoundsError, match=two_bad):
         g(data, np.array([-6, 5], np.int32))
     assert len(calls) == 2
+
+
+def test_checked_speculates_until_a_negative_index_is_in_range():
+    """The fast program's flag is set by any index outside [0, s-1]; an in-range negative
+    one gets the exact program's result, and the exact program (without the report) from
+    then on, which still reports a bad index."""
+    calls = []
+
+    def f(d, i):
+        calls.append(1)
+        return G(d, i, 1) * 2
+
+    g = xgather.checked(jax.jit(f))
+    data = np.arange(20, dtype=np.float32).reshape(4, 5)
+    first = np.array([[0, 4], [1, 2]], np.int32)
+    np.testing.assert_allclose(g(data, first), 2 * ref.gather(data, first, 1))
+    assert len(calls) == 1  # the speculative program
+    negative = np.array([[-5, 4], [-1, 2]], np.int32)
+    np.testing.assert_allclose(g(data, negative), 2 * ref.gather(data, negative, 1))
+    assert len(calls) == 2  # flagged: the exact program with the report gave the result
+    for i in (negative, first, negative[::-1]):
+        np.testing.assert_allclose(g(data, i), 2 * ref.gather(data, i, 1))
+    assert len(calls) == 3  # the exact program without the report, traced once
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 5, "1, 0", -5, 4, 1,
+                                                        5)):
+        g(data, np.array([[-5, 4], [5, 2]], np.int32))
+    assert len(calls) == 3
+
+
+def test_device_indices_speculate_until_a_negative_index_is_in_range():
+    """Eager calls on device indices: the speculative flag first; in-range negative indices
+    take the exact program, which the signature keeps; errors are the host check's."""
+    from xgather import _apply
+    data = jnp.asarray(np.arange(30, dtype=np.float32).reshape(5, 6))
+    idx = np.array([0, 5, 3], np.int32)
+    plan = xgather.explain(G, data, idx, 1)
+    exact = _apply.flagged(plan, None, (False, False), None)
+    speculative = _apply.flagged(plan, None, (False, False), None, speculate=True)
+    before = exact._cache_size(), speculative._cache_size()
+    assert_same(G(data, jnp.asarray(idx), 1), ref.gather(np.asarray(data), idx, 1))
+    assert (exact._cache_size(), speculative._cache_size()) == (before[0], before[1] + 1)
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 6, 1, -6, 5, 1, 6)):
+        G(data, jnp.asarray(np.array([0, 6, 1], np.int32)), 1)
+    assert exact._cache_size() == before[0]  # a bad index: no exact program needed
+    for i in ([-6, 5, -1], [1, 2, 3], [-2, 0, 0]):
+        i = np.array(i, np.int32)
+        assert_same(G(data, jnp.asarray(i), 1), ref.gather(np.asarray(data), i, 1))
+    assert exact._cache_size() == before[0] + 1  # kept from the first negative index on
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -7, 2, -6, 5, 1, 6)):
+        G(data, jnp.asarray(np.array([0, -6, -7], np.int32)), 1)
 
 
 def test_checked_reports_under_vmap_and_grad():

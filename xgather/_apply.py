@@ -15,7 +15,8 @@ from xgather._errors import OutOfBoundsError, fail
 from xgather._plan import Plan
 
 
-def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None):
+def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None,
+            speculate: bool | None = None):
     """``use`` (the gather; identity if None) of the indices made ready, and the flag.
 
     Returns ``(bad, use(indices))``: negative indices wrapped where the spec says
@@ -23,13 +24,18 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None):
     negative: see :func:`xgather._modes.flag_and_wrap`), 64-bit indices narrowed
     on XLA:CPU; ``bad`` (None without ``flag``) is true where some index lies
     outside the spec's range. ``"error"`` emits the checkify check on ``bad``
-    (``flag`` is then implied).
+    (``flag`` is then implied). ``speculate`` (by default: whether checks are
+    traced in the ``"speculate"`` style) flags every index outside ``[0, s-1]``
+    instead and skips the wrap, for a caller that reruns exactly when the flag
+    is set.
     """
     indices = _modes.widen(indices)
     error = mode == "error"
     use = use or (lambda i: i)
+    if speculate is None:
+        speculate = _modes.current_style() == "speculate"
     bad, out = _modes.flag_and_wrap(plan, indices, flag or error,
-                                    lambda i: use(_modes.narrow(plan, i)))
+                                    lambda i: use(_modes.narrow(plan, i)), speculate)
     if error:
         _modes.check(plan, indices, bad)
     return bad, out
@@ -68,19 +74,19 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
 
 
 def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, False),
-                grad=None, flag: bool = False):
+                grad=None, flag: bool = False, speculate: bool | None = None):
     """The traced body of every op: prepare the indices, then gather.
 
     ``grad`` is ``None`` (JAX's own derivative of ``lax.gather``) or a
     ``(training, coeff)`` pair that reshapes the derivative (see :mod:`xgather._grad`).
-    With ``flag``, returns ``(bad, out)`` (see :func:`prepare`).
+    With ``flag``, returns ``(bad, out)`` (see :func:`prepare`, also for ``speculate``).
     """
     def gather(idx):
         if grad is None:
             return gather_prepared(plan, mode, fill_value, hints, data, idx)
         return _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
 
-    bad, out = prepare(plan, mode, indices, flag, gather)
+    bad, out = prepare(plan, mode, indices, flag, gather, speculate)
     return (bad, out) if flag else out
 
 
@@ -94,18 +100,19 @@ def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], grad=N
 
 
 @functools.lru_cache(maxsize=2048)
-def flagged(plan: Plan, fill_value, hints: tuple[bool, bool], grad=None):
+def flagged(plan: Plan, fill_value, hints: tuple[bool, bool], grad=None, speculate=False):
     """``"error"`` on concrete device indices: one jitted function returning ``(bad, out)``.
 
-    ``bad`` is true if some index lies outside the spec's range; ``out`` is
-    the gather with the indices as given (XLA keeps stray reads in bounds).
+    ``bad`` is true if some index lies outside the spec's range (with
+    ``speculate``: outside ``[0, s-1]``, and ``out`` is then valid only while
+    ``bad`` is clear); ``out`` is the gather (XLA keeps stray reads in bounds).
     The caller reads ``bad`` and reports the first bad index from the
     indices themselves, so the program carries no report.
     """
     def body(data, indices):
         with jax.named_scope(plan.op):
             return gather_core(plan, "promise_in_bounds", fill_value, data, indices, hints, grad,
-                               flag=True)
+                               flag=True, speculate=speculate)
     return jax.jit(body)
 
 
@@ -175,9 +182,12 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
     per signature. Under ``"error"``, NumPy indices are checked on the host
     while the program runs, and device indices inside the program, which
     returns a flag beside the result (pulling small device indices to the host
-    measured no faster on XLA:CPU: the read waits for the program). Either way
-    a bad index is reported from the indices themselves
-    (:func:`xgather._modes.host_check`).
+    measured no faster on XLA:CPU: the read waits for the program). That
+    program speculates (:func:`flagged`): its flag is set by any index outside
+    ``[0, s-1]``. When it is, the host check reports a bad index, and in-range
+    negative indices are gathered again by the exact program, which this
+    signature then keeps. Either way a bad index is reported from the indices
+    themselves (:func:`xgather._modes.host_check`).
     """
     if mode != "error":
         return compiled(plan, mode, fill_value, hints, grad)
@@ -192,13 +202,19 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
             _modes.host_check(plan, indices)
             return out
         return host_checked
-    gather = flagged(plan, fill_value, hints, grad)
+    exact = flagged(plan, fill_value, hints, grad)
+    state = {"gather": flagged(plan, fill_value, hints, grad, speculate=True)}
 
     def device_checked(data, indices):
+        gather = state["gather"]
         bad, out = gather(data, indices)
         if np.asarray(bad):
             _modes.host_check(plan, indices)
-            raise AssertionError(f"{plan.op}: the device flagged an index the host check passed")
+            if gather is exact:
+                raise AssertionError(f"{plan.op}: the device flagged an index the host check "
+                                     "passed")
+            state["gather"] = exact  # in-range negative indices: wrap them from now on
+            return device_checked(data, indices)
         return out
     return device_checked
 
@@ -241,31 +257,41 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     ``static_argnames`` as for ``jax.jit``. Use it as the outermost wrapper: it
     reads the error flag on the host after each call.
 
-    Each call runs a program that returns only the result and one flag, traced
-    without the report (the first bad index, its position, the count), which so
-    costs nothing while the indices are good, at run time or when compiling.
-    When the flag is set, ``fn`` runs again with the full report (compiled on
-    first use), which the error then shows.
+    Each call runs a program that returns only the result and one flag. It is
+    traced without the report (the first bad index, its position, the count)
+    and speculates: the flag is set by any index outside ``[0, s-1]``, so the
+    program needs no negative wrap and no branch, and its result counts only
+    while the flag is clear. When the flag is set, ``fn`` runs again exactly,
+    with the full report (compiled on first use): a bad index raises with that
+    report; otherwise (in-range negative indices) that run's result is
+    returned, and from then on the fast program is the exact one, without the
+    report (see :func:`xgather._modes.check_style`).
     """
     jit_kw = dict(static_argnums=static_argnums, static_argnames=static_argnames)
     checkified = checkify.checkify(fn, errors=checkify.user_checks)
     full = jax.jit(checkified, **jit_kw)
 
-    def flag_and_out(*args, **kwargs):
-        with _modes.without_report():
-            err, out = checkified(*args, **kwargs)
-        flag = _any_error(err)
-        return (err if flag is None else flag), out
+    def traced(style):
+        def flag_and_out(*args, **kwargs):
+            with _modes.check_style(style):
+                err, out = checkified(*args, **kwargs)
+            flag = _any_error(err)
+            return (err if flag is None else flag), out
+        return jax.jit(flag_and_out, **jit_kw)
 
-    fast = jax.jit(flag_and_out, **jit_kw)
+    exact = traced("flag")
+    state = {"fast": traced("speculate")}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        fast = state["fast"]
         flag, out = fast(*args, **kwargs)
         if isinstance(flag, checkify.Error):
             flag = flag.get() is not None
         if np.asarray(flag):
-            throw(full(*args, **kwargs)[0])
+            err, out = full(*args, **kwargs)
+            throw(err)
+            state["fast"] = exact  # in-range negative indices: wrap them from now on
         return out
 
     return wrapper

@@ -107,35 +107,51 @@ def lax_mode(mode: str) -> lax.GatherScatterMode:
     return _LAX_MODE[mode]
 
 
-def _report_state():
-    """A JAX config state, part of every trace's cache key: whether checks carry their report.
+CHECK_STYLES = ("report", "flag", "speculate")
 
-    :func:`xgather.checked` traces its fast program with the report off (the flag
-    alone decides whether to rerun with it), which saves the report's tracing and
-    compilation. Being part of the trace context, the state keeps a function
-    jitted inside ``fn`` from reusing a trace made without the report. None where
-    this JAX has no such API: checks then always carry the report.
+
+def _style_state():
+    """A JAX config state, part of every trace's cache key: how bound checks are traced.
+
+    * ``"report"`` (the default): the check carries its report (first bad index,
+      position, count) and the result is exact.
+    * ``"flag"``: a flag alone decides; :func:`xgather.checked` reruns with the
+      report when it is set. Saves the report's tracing and compilation.
+    * ``"speculate"``: the flag is whether any index lies outside ``[0, s-1]``
+      (in-range negative indices set it too), and the result is that of the
+      indices as given, valid only while the flag is clear: no negative wrap, no
+      branch. :func:`xgather.checked` traces its fast program so and reruns an
+      exact program whenever the flag is set.
+
+    Being part of the trace context, the state keeps a function jitted inside
+    ``fn`` from reusing a trace made with another style. None where this JAX has
+    no such API: checks then always carry the report (exact, slower to trace).
     """
     try:
         from jax._src import config as jax_config
-        return jax_config.bool_state(
-            "xgather_check_report", True, "Whether xgather's bound checks carry their report.",
+        return jax_config.enum_state(
+            "xgather_check_style", CHECK_STYLES, "report",
+            "How xgather traces its bound checks (report, flag or speculate).",
             include_in_trace_context=True)
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
         return None
 
 
-_REPORT = _report_state()
+_STYLE = _style_state()
 
 
 @contextlib.contextmanager
-def without_report():
-    """Trace bound checks as a flag alone (see :func:`check`); used by :func:`xgather.checked`."""
-    if _REPORT is None:  # pragma: no cover - other JAX versions
+def check_style(style: str):
+    """Trace bound checks in ``style`` (see :func:`_style_state`): :func:`xgather.checked`."""
+    if _STYLE is None:  # pragma: no cover - other JAX versions
         yield
         return
-    with _REPORT(False):
+    with _STYLE(style):
         yield
+
+
+def current_style() -> str:
+    return "report" if _STYLE is None else _STYLE.value
 
 
 def checks_functionalised() -> bool:
@@ -185,11 +201,17 @@ def outside(plan, indices):
     return (indices < 0) | (indices >= bounds_array(plan, indices))
 
 
-def flag_and_wrap(plan, indices, flag: bool, use):
+def flag_and_wrap(plan, indices, flag: bool, use, speculate: bool = False):
     """``use`` (the gather) of the indices wrapped, and with ``flag`` whether one is bad.
 
     Returns ``(bad, use(wrapped))``; ``bad`` (None without ``flag``) is true where
-    an index lies outside the spec's range. By ``plan.wrap_pass``:
+    an index lies outside the spec's range.
+
+    With ``flag`` and ``speculate``, ``bad`` is instead true where an index lies
+    outside ``[0, s-1]``, and the result is ``use`` of the indices as given,
+    valid only where ``bad`` is clear: the caller runs an exact program when it
+    is set. One reduction and the gather, in that order of data flow; no branch
+    and no wrap to trace, compile or run. Without it, by ``plan.wrap_pass``:
 
     * ``"fused"`` (small gathers): the wrap is a compare and a select inside the
       gather, where a branch would cost more.
@@ -206,6 +228,8 @@ def flag_and_wrap(plan, indices, flag: bool, use):
     """
     if not wraps(plan, indices):
         return (any_bad(plan, indices) if flag else None), use(indices)
+    if flag and speculate:
+        return _any(outside(plan, indices)), use(indices)
     if plan.wrap_pass == "fused":
         return (any_bad(plan, indices) if flag else None), use(wrap(plan, indices))
     inner = use if plan.wrap_pass == "gather" else (lambda i: i)
@@ -331,7 +355,8 @@ def check(plan, indices, bad=None) -> None:
     """Emit the checkify check: op, the first bad index as given, its position, the range.
 
     ``bad`` is the flag (:func:`any_bad`, or :func:`flag_and_wrap`'s), computed
-    here when not given. Under :func:`without_report` the check carries no report.
+    here when not given. Unless the check style is ``"report"`` (see
+    :func:`check_style`), the check carries no report.
     For large index arrays the report (first bad index, its position, the count)
     is computed under ``lax.cond`` only when some index is bad; small ones compute
     it on every call, which costs less than the branch.
@@ -340,8 +365,8 @@ def check(plan, indices, bad=None) -> None:
         return
     if bad is None:
         bad = any_bad(plan, indices)
-    if _REPORT is not None and not _REPORT.value:
-        checkify.check(jnp.logical_not(bad), f"{plan.op}: an index is out of range")
+    if current_style() != "report":
+        checkify.check(jnp.logical_not(bad), f"{plan.op}: an index may be out of range")
         return
     if indices.size <= _EAGER_REPORT:
         report = _report_args(plan, indices, jnp)
