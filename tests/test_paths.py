@@ -109,17 +109,17 @@ def test_checked_runs_without_the_report_until_an_index_is_bad():
     assert len(calls) == 1  # one trace for the fast program
     with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 5, 1, -5, 4, 1, 5)):
         g(data, np.array([0, 5], np.int32))
-    assert len(calls) == 2  # the report's program, traced on the first bad call
+    assert len(calls) == 3  # the exact program and the report's, traced on the first bad call
     two_bad = _message("onnx.Gather-13", -6, 0, -5, 4, 1, 5, count=2)
     with pytest.raises(OutOfBoundsError, match=two_bad):
         g(data, np.array([-6, 5], np.int32))
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_checked_speculates_until_a_negative_index_is_in_range():
     """The fast program's flag is set by any index outside [0, s-1]; an in-range negative
-    one gets the exact program's result, and the exact program (without the report) from
-    then on, which still reports a bad index."""
+    one gets the exact program's result (without the report), and that program from then
+    on, which still reports a bad index."""
     calls = []
 
     def f(d, i):
@@ -133,13 +133,33 @@ def test_checked_speculates_until_a_negative_index_is_in_range():
     assert len(calls) == 1  # the speculative program
     negative = np.array([[-5, 4], [-1, 2]], np.int32)
     np.testing.assert_allclose(g(data, negative), 2 * ref.gather(data, negative, 1))
-    assert len(calls) == 2  # flagged: the exact program with the report gave the result
+    assert len(calls) == 2  # flagged: the exact program (no report) gave the result
     for i in (negative, first, negative[::-1]):
         np.testing.assert_allclose(g(data, i), 2 * ref.gather(data, i, 1))
-    assert len(calls) == 3  # the exact program without the report, traced once
+    assert len(calls) == 2  # ... and runs from then on
     with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 5, "1, 0", -5, 4, 1,
                                                         5)):
         g(data, np.array([[-5, 4], [5, 2]], np.int32))
+    assert len(calls) == 3  # the report's program
+
+
+def test_checked_keeps_speculating_after_a_bad_index():
+    """A bad index (no in-range negative one) does not switch to the exact program."""
+    calls = []
+
+    def f(d, i):
+        calls.append(1)
+        return G(d, i)
+
+    g = xgather.checked(f)
+    data = np.arange(5, dtype=np.float32)
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 7, 1, -5, 4, 0, 5)):
+        g(data, np.array([1, 7], np.int32))
+    assert len(calls) == 3  # speculative, exact (flag still set), the report's
+    for i in ([0, 4], [3, 2]):
+        assert_same(g(data, np.array(i, np.int32)), ref.gather(data, i))
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -6, 0, -5, 4, 0, 5)):
+        g(data, np.array([-6, 4], np.int32))
     assert len(calls) == 3
 
 

@@ -261,11 +261,12 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     traced without the report (the first bad index, its position, the count)
     and speculates: the flag is set by any index outside ``[0, s-1]``, so the
     program needs no negative wrap and no branch, and its result counts only
-    while the flag is clear. When the flag is set, ``fn`` runs again exactly,
-    with the full report (compiled on first use): a bad index raises with that
-    report; otherwise (in-range negative indices) that run's result is
-    returned, and from then on the fast program is the exact one, without the
-    report (see :func:`xgather._modes.check_style`).
+    while the flag is clear. When the flag is set, the exact program (the wrap,
+    the flag of the spec's range, still no report; compiled on first use)
+    runs: if its flag is clear (in-range negative indices), its result is
+    returned, and it is the fast program from then on. If it is set, ``fn``
+    runs again with the full report, which the error shows (see
+    :func:`xgather._modes.check_style`).
     """
     jit_kw = dict(static_argnums=static_argnums, static_argnames=static_argnames)
     checkified = checkify.checkify(fn, errors=checkify.user_checks)
@@ -282,16 +283,22 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     exact = traced("flag")
     state = {"fast": traced("speculate")}
 
+    def flagged_run(program, args, kwargs):
+        flag, out = program(*args, **kwargs)
+        if isinstance(flag, checkify.Error):
+            flag = flag.get() is not None
+        return np.asarray(flag), out
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         fast = state["fast"]
-        flag, out = fast(*args, **kwargs)
-        if isinstance(flag, checkify.Error):
-            flag = flag.get() is not None
-        if np.asarray(flag):
-            err, out = full(*args, **kwargs)
-            throw(err)
-            state["fast"] = exact  # in-range negative indices: wrap them from now on
+        flag, out = flagged_run(fast, args, kwargs)
+        if flag and fast is not exact:
+            flag, out = flagged_run(exact, args, kwargs)
+            if not flag:  # in-range negative indices: the exact program from now on
+                state["fast"] = exact
+        if flag:
+            throw(full(*args, **kwargs)[0])
         return out
 
     return wrapper

@@ -189,6 +189,13 @@ def _node(op_type: str, run: Callable, plan, data, indices, mode: str, fill_valu
 
 # --- mode="error": onnxruntime's own bounds check ----------------------------------------------
 
+def _bound(bounds, dtype, ndim: int, vector: bool):
+    """``s`` as a NumPy constant of ``dtype`` that broadcasts against ``ndim``-axis indices
+    (one per component where the last axis holds index tuples)."""
+    s = np.asarray(bounds, dtype)
+    return s.reshape((1,) * (ndim - 1) + (-1,)) if vector else s[0]
+
+
 def _onnx_range(plan, idx):
     """Indices whose out-of-range ones lie outside ONNX's ``[-s, s-1]`` too.
 
@@ -203,8 +210,7 @@ def _onnx_range(plan, idx):
     if idx.dtype == jnp.uint64:
         idx = jnp.minimum(idx, jnp.asarray(np.iinfo(np.int64).max, idx.dtype))
     if not plan.negative and jnp.issubdtype(idx.dtype, jnp.signedinteger):
-        s = np.asarray(plan.bounds, idx.dtype)
-        s = s.reshape((1,) * (idx.ndim - 1) + (-1,)) if plan.index_vector else s[0]
+        s = _bound(plan.bounds, idx.dtype, idx.ndim, plan.index_vector)
         low = np.iinfo(idx.dtype).min + s  # i - s saturates here
         idx = jnp.where(idx < 0, jnp.maximum(idx, jnp.asarray(low, idx.dtype)) - s, idx)
     return idx
@@ -214,8 +220,7 @@ def _guard_impl(indices, *, op, bounds, negative, vector):
     """The guard outside an export: the wrap alone (onnxruntime's check is the guard's point)."""
     if not jnp.issubdtype(indices.dtype, jnp.signedinteger):
         return indices
-    s = np.asarray(bounds, indices.dtype)
-    s = s.reshape((1,) * (indices.ndim - 1) + (-1,)) if vector else s[0]
+    s = _bound(bounds, indices.dtype, indices.ndim, vector)
     return jnp.where(indices < 0, indices + s, indices)
 
 
