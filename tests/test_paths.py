@@ -7,6 +7,7 @@ results, the same errors and the same messages as the spec's loops in tests/refe
 
 from __future__ import annotations
 
+import math
 import re
 
 import jax
@@ -317,11 +318,31 @@ def test_both_wrap_passes_differentiate(case, mode, wrap_pass):
 
 
 def test_the_default_threshold_takes_each_pass():
-    small = xgather.explain(G, np.zeros((100, 16), np.float32), np.zeros(10, np.int32))
-    large = xgather.explain(G, np.zeros((100, 512), np.float32), np.zeros(1024, np.int32))
-    element = xgather.explain(EL, np.zeros((256, 256), np.float32), np.zeros((256, 256), np.int32))
-    assert (small.wrap_pass, large.wrap_pass, element.wrap_pass) == ("fused", "separate",
-                                                                    "gather")
+    def wrap_pass(op, dshape, ishape, *args):
+        return xgather.explain(op, np.zeros(dshape, np.float32), np.zeros(ishape, np.int32),
+                               *args).wrap_pass
+    assert wrap_pass(G, (100, 16), (10,)) == "fused"  # small
+    assert wrap_pass(G, (100, 512), (1024,)) == "fused"  # rows of 512: once per row
+    assert wrap_pass(ND, (64, 64, 8), (4096, 2)) == "fused"  # rows of 8
+    assert wrap_pass(ND, (64, 64, 4), (8192, 2)) == "separate"  # rows of 4
+    assert wrap_pass(G, (64, 1024), (512,), 1) == "separate"  # one element per slice
+    assert wrap_pass(EL, (256, 256), (256, 256)) == "gather"
+
+
+@pytest.mark.parametrize("mode", ["error", "clip", "fill"])
+def test_large_row_gathers_wrap_inside_the_gather(mode):
+    """Rows of _ROW_SLICE elements or more keep the wrap in the gather at any size."""
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((300, 8)).astype(np.float32)
+    lo, hi = (-300, 300) if mode == "error" else (-303, 303)
+    idx = rng.integers(lo, hi, 4096).astype(np.int32)
+    idx[0] = -1
+    plan = xgather.explain(G, data, idx)
+    assert plan.wrap_pass == "fused" and math.prod(plan.out_shape) >= _plan._SEPARATE_WRAP
+    want = ref.gather(data, idx, oob=mode)
+    f = jax.jit(lambda d, i: G(d, i, mode=mode))
+    assert_same((xgather.checked(f) if mode == "error" else f)(data, idx), want)
+    assert_same(G(data, jnp.asarray(idx), mode=mode), want)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")

@@ -30,6 +30,11 @@ _SEPARATE_WRAP = 1 << 14
 # below, the gather goes into the branch (element gathers: a copy of the indices out of a
 # conditional would cost about as much as the gather).
 _ROWS = 4
+# Elements of one slice (prod(slice_sizes)) from which the wrap stays inside the gather at
+# any size: the index is then loaded once per slice and the wrap with it, out of the copy
+# loop (measured on XLA:CPU: as fast as a pass of its own from 8 elements, and it adds no
+# kernel to compile; 2 and 4 tie).
+_ROW_SLICE = 8
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
               "fused": "inside the gather"}
@@ -69,15 +74,16 @@ class Plan:
         ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made).
         Row batching is an XLA:CPU choice; other backends take ``"vmap"``.
         Every lowering is correct on every backend.
-      wrap_pass: where negative indices are wrapped: ``"fused"`` (small
-        gathers: inside the gather's loop, where a branch would cost more than
-        the wrap), or, for gathers of ``_SEPARATE_WRAP`` output elements or more,
-        in a branch taken only when some index is outside ``[0, s-1]`` (one pass
-        over the indices asks), once per index rather than once per element
-        copied: ``"separate"`` (row gathers, ``_ROWS`` or more elements per
-        index: the branch returns the wrapped indices) or ``"gather"`` (element
-        gathers: each branch holds the gather too). Unused where negative
-        indices do not wrap.
+      wrap_pass: where negative indices are wrapped: ``"fused"`` (inside the
+        gather's loop: small gathers, where a branch would cost more than the
+        wrap, and gathers of slices of ``_ROW_SLICE`` elements or more, where
+        the wrap is computed once per slice), or, for larger gathers of smaller
+        slices, in a branch taken only when some index is outside ``[0, s-1]``
+        (one pass over the indices asks), once per index rather than once per
+        element copied: ``"separate"`` (indices reused for ``_ROWS`` or more
+        elements each, e.g. along the last axis: the branch returns the wrapped
+        indices) or ``"gather"`` (element gathers: each branch holds the gather
+        too). Unused where negative indices do not wrap.
       model_opset: for ONNX ops, the model's opset_import that ``op``'s version
         was resolved from (``"onnx.Gather-13"`` at model opset 21); ``None`` elsewhere.
     """
@@ -106,7 +112,7 @@ class Plan:
     @property
     def wrap_pass(self) -> str:
         n, out = self.index_count, math.prod(self.out_shape)
-        if not n or out < _SEPARATE_WRAP:
+        if not n or out < _SEPARATE_WRAP or math.prod(self.slice_sizes) >= _ROW_SLICE:
             return "fused"
         return "separate" if out >= _ROWS * n else "gather"
     model_opset: int | None = None
