@@ -117,7 +117,16 @@ def test_checked_runs_without_the_report_until_an_index_is_bad():
     assert len(calls) == 3
 
 
-def test_checked_speculates_until_a_negative_index_is_in_range():
+@pytest.fixture
+def branch_wrap(monkeypatch):
+    """Plans whose wrap takes a branch at any size: the ones the fast programs speculate on."""
+    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1)
+    xgather._apply.clear_caches()
+    yield
+    xgather._apply.clear_caches()
+
+
+def test_checked_speculates_until_a_negative_index_is_in_range(branch_wrap):
     """The fast program's flag is set by any index outside [0, s-1]; an in-range negative
     one gets the exact program's result (without the report), and that program from then
     on, which still reports a bad index."""
@@ -144,7 +153,7 @@ def test_checked_speculates_until_a_negative_index_is_in_range():
     assert len(calls) == 3  # the report's program
 
 
-def test_checked_keeps_speculating_after_a_bad_index():
+def test_checked_keeps_speculating_after_a_bad_index(branch_wrap):
     """A bad index (no in-range negative one) does not switch to the exact program."""
     calls = []
 
@@ -164,7 +173,27 @@ def test_checked_keeps_speculating_after_a_bad_index():
     assert len(calls) == 3
 
 
-def test_device_indices_speculate_until_a_negative_index_is_in_range():
+def test_fused_wraps_do_not_speculate():
+    """Where the wrap is inside the gather, the fast program is exact: in-range negative
+    indices are neither flagged nor run twice."""
+    calls = []
+
+    def f(d, i):
+        calls.append(1)
+        return G(d, i, 1)
+
+    g = xgather.checked(f)
+    data = np.arange(20, dtype=np.float32).reshape(4, 5)
+    assert xgather.explain(G, data, np.zeros(2, np.int32), 1).wrap_pass == "fused"
+    for i in ([0, 1], [-5, -1], [4, -2]):
+        i = np.array(i, np.int32)
+        assert_same(g(data, i), ref.gather(data, i, 1))
+    assert len(calls) == 1
+    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -6, 1, -5, 4, 1, 5)):
+        g(data, np.array([0, -6], np.int32))
+
+
+def test_device_indices_speculate_until_a_negative_index_is_in_range(branch_wrap):
     """Eager calls on device indices: the speculative flag first; in-range negative indices
     take the exact program, which the signature keeps; errors are the host check's."""
     from xgather import _apply

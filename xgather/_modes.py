@@ -117,11 +117,12 @@ def _style_state():
       position, count) and the result is exact.
     * ``"flag"``: a flag alone decides; :func:`xgather.checked` reruns with the
       report when it is set. Saves the report's tracing and compilation.
-    * ``"speculate"``: the flag is whether any index lies outside ``[0, s-1]``
-      (in-range negative indices set it too), and the result is that of the
-      indices as given, valid only while the flag is clear: no negative wrap, no
-      branch. :func:`xgather.checked` traces its fast program so and reruns an
-      exact program whenever the flag is set.
+    * ``"speculate"``: where the wrap would take a branch, the flag is whether
+      any index lies outside ``[0, s-1]`` (in-range negative indices set it
+      too), and the result is that of the indices as given, valid only while
+      the flag is clear: no negative wrap, no branch. :func:`xgather.checked`
+      traces its fast program so and reruns an exact program whenever the flag
+      is set.
 
     Being part of the trace context, the state keeps a function jitted inside
     ``fn`` from reusing a trace made with another style. None where this JAX has
@@ -207,11 +208,14 @@ def flag_and_wrap(plan, indices, flag: bool, use, speculate: bool = False):
     Returns ``(bad, use(wrapped))``; ``bad`` (None without ``flag``) is true where
     an index lies outside the spec's range.
 
-    With ``flag`` and ``speculate``, ``bad`` is instead true where an index lies
-    outside ``[0, s-1]``, and the result is ``use`` of the indices as given,
-    valid only where ``bad`` is clear: the caller runs an exact program when it
-    is set. One reduction and the gather, in that order of data flow; no branch
-    and no wrap to trace, compile or run. Without it, by ``plan.wrap_pass``:
+    With ``flag`` and ``speculate``, where the wrap would take a branch (not
+    ``"fused"``), ``bad`` is instead true where an index lies outside
+    ``[0, s-1]``, and the result is ``use`` of the indices as given, valid only
+    where ``bad`` is clear: the caller runs an exact program when it is set.
+    One reduction beside the gather; no branch and no wrap to trace, compile or
+    run. (A fused wrap costs no more than that, so those plans stay exact, and
+    their in-range negative indices never need a second program.) Otherwise,
+    by ``plan.wrap_pass``:
 
     * ``"fused"`` (small gathers): the wrap is a compare and a select inside the
       gather, where a branch would cost more.
@@ -228,7 +232,7 @@ def flag_and_wrap(plan, indices, flag: bool, use, speculate: bool = False):
     """
     if not wraps(plan, indices):
         return (any_bad(plan, indices) if flag else None), use(indices)
-    if flag and speculate:
+    if flag and speculate and plan.wrap_pass != "fused":
         return _any(outside(plan, indices)), use(indices)
     if plan.wrap_pass == "fused":
         return (any_bad(plan, indices) if flag else None), use(wrap(plan, indices))

@@ -38,6 +38,8 @@ _ROW_SLICE = 8
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
               "fused": "inside the gather"}
+_SPECULATES = ("; mode=\"error\" in xgather.checked or on device indices speculates first:"
+               " no wrap, and any index outside [0, s-1] reruns exactly")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +134,8 @@ class Plan:
             + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else "")
             + f" (for the {self.backend} backend)",
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
-            + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]}; mode=\"error\" in"
-               " xgather.checked or on device indices speculates first: no wrap, and any"
-               " index outside [0, s-1] reruns exactly)" if self.negative
+            + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]}"
+               f"{'' if self.wrap_pass == 'fused' else _SPECULATES})" if self.negative
                else " negative indices are out of range"),
             f"  lax.gather: offset_dims={dn.offset_dims}"
             f" collapsed_slice_dims={dn.collapsed_slice_dims}"
