@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import checkify
@@ -138,3 +139,22 @@ def test_large_index_arrays_report_the_first_bad_index(shape, where):
         G(data, idx)  # concrete indices: the host check
     good = np.where((flat < -10) | (flat >= 10), 3, flat).reshape(shape)
     np.testing.assert_array_equal(f(data, good.astype(np.int32)), data[good])
+
+
+# The flag takes one form per size on XLA:CPU (xgather._modes._any): one unrolled max up to
+# _UNROLLED_MAX values, padded to _LIBRARY_MIN below it, the library max up to _EAGER_REPORT,
+# blocked above. A single bad value at either end must be caught by each, on every path.
+@pytest.mark.parametrize("n", [1, 32, 33, 4095, 4096, 32769])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_every_flag_form_catches_one_bad_index(n, where):
+    data = np.arange(12, dtype=np.float32).reshape(6, 2)
+    idx = np.zeros((n, 1), np.int32)  # GatherND tuples of one component: n values
+    p = 0 if where == "first" else n - 1
+    idx[p, 0] = 6
+    want = rf"^onnx\.GatherND-13: index 6 at indices\[{p}, 0\] is out of range \[-6, 5\]"
+    f = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather_nd(d, i)))
+    for call in (lambda: f(data, idx), lambda: xgather.onnx.gather_nd(data, jnp.asarray(idx))):
+        with pytest.raises(OutOfBoundsError, match=want):
+            call()
+    idx[p, 0] = -1  # in range: wraps to row 5
+    np.testing.assert_array_equal(f(data, idx), data[np.where(idx[:, 0] < 0, 5, idx[:, 0])])

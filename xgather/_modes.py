@@ -316,7 +316,10 @@ _EAGER_REPORT = 1 << 15
 # which compiles in about 30 ms; over fewer (but more than a handful) it builds a tree of
 # reduce-window loops, 100-150 ms of compile. Flags of up to _LIBRARY_MIN values are
 # padded up to it, and above _EAGER_REPORT a first stage reduces (rows, lanes) blocks.
-_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 16
+# Up to _UNROLLED_MAX values the max is unrolled in one loop: 44-47 ms of compile and
+# 20-21 us a call (10-32 values), against 53-60 ms and 22-36 us padded; from 40 values
+# it compiles in 65-70 ms.
+_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
@@ -325,8 +328,9 @@ def _any(bad, blocked: bool = True):
 
     On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
     boolean reduction becomes a tree of scalar reduce-window loops, slow to
-    compile and to run). Fewer than ``_LIBRARY_MIN`` values are padded with
-    ``False`` up to that size so that the library kernel takes them too. Above
+    compile and to run). Fewer than ``_LIBRARY_MIN`` values (but more than
+    ``_UNROLLED_MAX``) are padded with ``False`` up to that size so that the
+    library kernel takes them too. Above
     ``_EAGER_REPORT``, a first stage reduces (rows, lanes) blocks over their
     rows, a vector loop fused with the compare that makes ``bad``, so that the
     max reads one value per block and lane plus the ragged tail. Which form runs
