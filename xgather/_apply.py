@@ -183,11 +183,12 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
     while the program runs, and device indices inside the program, which
     returns a flag beside the result (pulling small device indices to the host
     measured no faster on XLA:CPU: the read waits for the program). That
-    program speculates (:func:`flagged`): its flag is set by any index outside
-    ``[0, s-1]``. When it is, the host check reports a bad index, and in-range
-    negative indices are gathered again by the exact program, which this
-    signature then keeps. Either way a bad index is reported from the indices
-    themselves (:func:`xgather._modes.host_check`).
+    program speculates (:func:`flagged`): where the wrap would take a branch of
+    its own, its flag is set by any index outside ``[0, s-1]``. When it is,
+    the host check reports a bad index, and in-range negative indices are
+    gathered again by the exact program, which this signature then keeps.
+    Either way a bad index is reported from the indices themselves
+    (:func:`xgather._modes.host_check`).
     """
     if mode != "error":
         return compiled(plan, mode, fill_value, hints, grad)
@@ -259,9 +260,10 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
 
     Each call runs a program that returns only the result and one flag. It is
     traced without the report (the first bad index, its position, the count)
-    and speculates: the flag is set by any index outside ``[0, s-1]``, so the
-    program needs no negative wrap and no branch, and its result counts only
-    while the flag is clear. When the flag is set, the exact program (the wrap,
+    and, where an op's wrap would take a branch of its own, speculates: the
+    flag is set by any index outside ``[0, s-1]``, so the program needs no
+    negative wrap and no branch, and its result counts only while the flag is
+    clear. When the flag is set, the exact program (the wrap,
     the flag of the spec's range, still no report; compiled on first use)
     runs: if its flag is clear (in-range negative indices), its result is
     returned, and it is the fast program from then on. If it is set, ``fn``
