@@ -232,7 +232,7 @@ def flag_and_wrap(plan, indices, flag: bool, use, speculate: bool = False):
     """
     if not wraps(plan, indices):
         return (any_bad(plan, indices) if flag else None), use(indices)
-    if flag and speculate and plan.wrap_pass != "fused":
+    if flag and speculate and plan.speculates:
         return _any(outside(plan, indices)), use(indices)
     if plan.wrap_pass == "fused":
         return (any_bad(plan, indices) if flag else None), use(wrap(plan, indices))
@@ -390,19 +390,17 @@ _HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy'
 
 def _host_valid(plan, indices: np.ndarray) -> bool:
     """All indices in the spec's range, from their minimum and maximum (per component)."""
-    if not plan.index_vector:
-        if indices.size <= _HOST_LIST_MAX:
-            values = indices.ravel().tolist()
-            lo, hi = min(values), max(values)
-        else:
-            lo, hi = int(indices.min()), int(indices.max())
-        s = plan.bounds[0]
-        return (-s if plan.negative else 0) <= lo and hi < s
-    flat = indices.reshape(-1, indices.shape[-1])
+    if plan.index_vector:
+        flat = indices.reshape(-1, indices.shape[-1])
+        lows, highs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
+    elif indices.size <= _HOST_LIST_MAX:
+        values = indices.ravel().tolist()
+        lows, highs = [min(values)], [max(values)]
+    else:
+        lows, highs = [indices.min().item()], [indices.max().item()]
     # Python ints: exact for every index type (uint64 against int64 bounds included).
-    return all((-s if plan.negative else 0) <= lo and hi < s for lo, hi, s in
-               zip(flat.min(axis=0).tolist(), flat.max(axis=0).tolist(), plan.bounds,
-                   strict=True))
+    return all((-s if plan.negative else 0) <= lo and hi < s
+               for lo, hi, s in zip(lows, highs, plan.bounds, strict=True))
 
 
 def host_check(plan, indices) -> None:

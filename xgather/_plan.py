@@ -117,6 +117,13 @@ class Plan:
         if not n or out < _SEPARATE_WRAP or math.prod(self.slice_sizes) >= _ROW_SLICE:
             return "fused"
         return "separate" if out >= _ROWS * n else "gather"
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the default mode's fast program (``xgather.checked``, device indices)
+        skips the wrap and flags every index outside ``[0, s-1]``: where the wrap would
+        take a branch of its own (see :func:`xgather._modes.flag_and_wrap`)."""
+        return self.negative and self.wrap_pass != "fused"
     model_opset: int | None = None
 
     @property
@@ -135,7 +142,7 @@ class Plan:
             + f" (for the {self.backend} backend)",
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
             + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]}"
-               f"{'' if self.wrap_pass == 'fused' else _SPECULATES})" if self.negative
+               f"{_SPECULATES if self.speculates else ''})" if self.negative
                else " negative indices are out of range"),
             f"  lax.gather: offset_dims={dn.offset_dims}"
             f" collapsed_slice_dims={dn.collapsed_slice_dims}"
