@@ -141,9 +141,10 @@ def test_large_index_arrays_report_the_first_bad_index(shape, where):
     np.testing.assert_array_equal(f(data, good.astype(np.int32)), data[good])
 
 
-# The flag takes one form per size on XLA:CPU (xgather._modes._any): one unrolled max up to
-# _UNROLLED_MAX values, padded to _LIBRARY_MIN below it, the library max up to _EAGER_REPORT,
-# blocked above. A single bad value at either end must be caught by each, on every path.
+# The flag takes one form per size on XLA:CPU (xgather._modes._any and XLA's own choice):
+# one unrolled max up to a few dozen values, loops up to 4095, the library max up to
+# _EAGER_REPORT, blocked above. A single bad value at either end must be caught by each, on
+# every path.
 @pytest.mark.parametrize("n", [1, 32, 33, 4095, 4096, 32769])
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_every_flag_form_catches_one_bad_index(n, where):

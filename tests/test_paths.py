@@ -408,3 +408,37 @@ def test_clear_caches_forgets_every_signature():
     xgather._apply.clear_caches()
     assert not _frontend.RUNNERS
     assert_same(G(data, idx), ref.gather(data, idx))
+
+
+def test_flags_are_read_from_every_kind_of_result():
+    """``flag_set``: a CPU array through the buffer protocol, a checkify Error by its message
+    (multi-device arrays, which fall back to a copy, are read in tests/multidevice)."""
+    from jax.experimental import checkify
+
+    from xgather._apply import flag_set
+    flag = jax.jit(lambda i: (jnp.max(i) > 2, i))
+    assert flag_set(flag(jnp.arange(4))[0]) is True
+    assert flag_set(flag(jnp.arange(3))[0]) is False
+    assert flag_set(jnp.zeros((), bool)) is False
+    checks = checkify.checkify(lambda x: checkify.check(x > 0, "x must be positive"),
+                               errors=checkify.user_checks)
+    assert flag_set(checks(-1.0)[0]) is True
+    assert flag_set(checks(1.0)[0]) is False
+
+
+def test_cached_eager_calls_keep_array_kinds_and_weak_types_apart():
+    """The key holds a JAX array's aval (shape, dtype, weak type) and a NumPy array's shape
+    and dtype: each kind gets its own runner, and each checks its own indices."""
+    data = np.arange(6, dtype=np.float32)
+    with jax.numpy_dtype_promotion("standard"):
+        weak = jnp.arange(6) * 1.0  # same shape and dtype, weakly typed: its own key
+    idx = np.array([5, -6], np.int32)
+    before = len(_runners_for(G))
+    for d in (data, jnp.asarray(data), weak):
+        for put in (np.asarray, jnp.asarray):
+            assert_same(np.asarray(G(d, put(idx))), ref.gather(data, idx))
+            with pytest.raises(OutOfBoundsError,
+                               match=_message("onnx.Gather-13", 6, 1, -6, 5, 0, 6)):
+                G(d, put(np.array([0, 6], np.int32)))
+    assert weak.dtype == data.dtype and weak.aval.weak_type
+    assert len(_runners_for(G)) - before == 6

@@ -12,6 +12,7 @@ program, with the same checks and errors.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 
 import numpy as np
@@ -24,13 +25,16 @@ RUNNERS: dict = {}
 _pending = threading.local()  # the signature of the eager call being settled
 
 
-def _concrete_types() -> frozenset[type]:
-    """NumPy arrays and JAX's concrete array class (tracers are not concrete)."""
+def _specs() -> dict:
+    """What a key holds of a concrete array, by its exact type: a JAX array's aval
+    (shape, dtype, weak type; one attribute read, hashed once), a NumPy array's shape
+    and dtype. Tracers, lists and subclasses have no entry: such calls are not cached."""
     from jax._src.array import ArrayImpl
-    return frozenset((np.ndarray, ArrayImpl))
+    return {ArrayImpl: operator.attrgetter("aval"),
+            np.ndarray: operator.attrgetter("shape", "dtype")}
 
 
-_CONCRETE = _concrete_types()
+_SPECS = _specs()
 
 
 def signature(op, args: tuple, kwargs: dict):
@@ -39,15 +43,17 @@ def signature(op, args: tuple, kwargs: dict):
     :func:`cached` finds that out when it looks the key up."""
     if len(args) < 2:
         return None
-    data, indices = args[0], args[1]
-    kd, ki = type(data), type(indices)
-    if kd not in _CONCRETE or ki not in _CONCRETE:
+    spec_data, spec_indices = _SPECS.get(type(args[0])), _SPECS.get(type(args[1]))
+    if spec_data is None or spec_indices is None:
         return None
+    attrs = args[2:]
+    values = attrs
+    if kwargs:
+        attrs += tuple(kwargs.items())
+        values += tuple(kwargs.values())
     # The attributes' types too: 1, 1.0 and True are equal keys but not equal arguments.
-    attrs = args[2:] + tuple(kwargs.items())
-    return (op, kd, data.shape, data.dtype, ki, indices.shape, indices.dtype, attrs,
-            tuple(map(type, args[2:] + tuple(kwargs.values()))), _modes.current_default(),
-            _dtypes.x64())
+    return (op, spec_data(args[0]), spec_indices(args[1]), attrs, tuple(map(type, values)),
+            _modes.current_default(), _dtypes.x64())
 
 
 def cached(op):

@@ -312,28 +312,24 @@ def _report_args(plan, indices, xp):
 # Up to this many indices the check's report is computed on every call (cheaper than
 # a branch); above it, only when some index is bad.
 _EAGER_REPORT = 1 << 15
-# XLA:CPU (jaxlib 0.10) runs a float32 max over 4096 or more values as a library kernel,
-# which compiles in about 30 ms; over fewer (but more than a handful) it builds a tree of
-# reduce-window loops, 100-150 ms of compile. Flags of up to _LIBRARY_MIN values are
-# padded up to it, and above _EAGER_REPORT a first stage reduces (rows, lanes) blocks.
-# Up to _UNROLLED_MAX values the max is unrolled in one loop: 44-47 ms of compile and
-# 20-21 us a call (10-32 values), against 53-60 ms and 22-36 us padded; from 40 values
-# it compiles in 65-70 ms.
-_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
+# XLA:CPU (jaxlib 0.10) runs a float32 max over 4096 or more values as a library kernel;
+# over fewer it compiles loops (one unrolled loop up to a few dozen values). Above
+# _EAGER_REPORT a first stage reduces (rows, lanes) blocks. Earlier versions padded flags
+# of 33-4095 values up to 4096 for the library kernel: it compiled 15-35 ms faster, but
+# ran 3-16 us a call slower (a program of 1000 or more flops is no longer run inline by
+# the CPU client), which eager calls pay every time.
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
 def _any(bad, blocked: bool = True):
     """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
-    On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
+    On XLA:CPU the flag is a float32 max, a library kernel from 4096 values (a
     boolean reduction becomes a tree of scalar reduce-window loops, slow to
-    compile and to run). Fewer than ``_LIBRARY_MIN`` values (but more than
-    ``_UNROLLED_MAX``) are padded with ``False`` up to that size so that the
-    library kernel takes them too. Above
-    ``_EAGER_REPORT``, a first stage reduces (rows, lanes) blocks over their
-    rows, a vector loop fused with the compare that makes ``bad``, so that the
-    max reads one value per block and lane plus the ragged tail. Which form runs
+    compile and to run). Above ``_EAGER_REPORT``, a first stage reduces (rows,
+    lanes) blocks over their rows, a vector loop fused with the compare that
+    makes ``bad``, so that the max reads one value per block and lane plus the
+    ragged tail. Which form runs
     is chosen when the program is lowered. ``blocked=False`` skips the first
     stage: one kernel fewer to compile, for flags that are rarely computed.
     """
@@ -347,8 +343,6 @@ def _any(bad, blocked: bool = True):
         if blocked and n > _EAGER_REPORT and m:
             lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
             flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
-        if _UNROLLED_MAX < flat.size < _LIBRARY_MIN:
-            flat = jnp.pad(flat, (0, _LIBRARY_MIN - flat.size))
         return jnp.max(flat.astype(jnp.float32)) > 0
 
     return lax.platform_dependent(flat, cpu=cpu, default=jnp.any)

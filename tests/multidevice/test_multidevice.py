@@ -117,6 +117,24 @@ def test_sharded_bound_errors_report_the_global_index():
         f(data, put(idx, mesh, P("x")))
 
 
+def test_flags_and_eager_checks_on_sharded_arrays():
+    """A flag on eight devices has no single buffer to read: it is copied to the host
+    (xgather._apply.flag_set), and the eager check of sharded device indices reports."""
+    from xgather._apply import flag_set
+    mesh = mesh1()
+    for value in (True, False):
+        flag = put(np.array(value), mesh, P())
+        assert len(flag.addressable_shards) == 8 and flag_set(flag) is value
+    data = RNG.standard_normal((64, 3)).astype(np.float32)
+    idx = RNG.integers(-64, 64, 16).astype(np.int32)
+    d, i = put(data, mesh, P("x")), put(idx, mesh, P("x"))
+    np.testing.assert_array_equal(np.asarray(xgather.onnx.gather(d, i)), ref.gather(data, idx, 0))
+    idx[11] = -65
+    with pytest.raises(xgather.OutOfBoundsError,
+                       match=r"^onnx\.Gather-13: index -65 at indices\[11\] is out of range"):
+        xgather.onnx.gather(d, put(idx, mesh, P("x")))
+
+
 def test_no_device_holds_the_table():
     mesh = mesh1()
     data = put(np.zeros((1024, 64), np.float32), mesh, P("x"))
