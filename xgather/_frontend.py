@@ -12,7 +12,6 @@ program, with the same checks and errors.
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 
 import numpy as np
@@ -25,34 +24,41 @@ RUNNERS: dict = {}
 _pending = threading.local()  # the signature of the eager call being settled
 
 
-def _specs() -> dict:
-    """What a key holds of a concrete array, by its exact type: a JAX array's aval
-    (shape, dtype, weak type; one attribute read, hashed once), a NumPy array's shape
-    and dtype. Tracers, lists and subclasses have no entry: such calls are not cached."""
+def _jax_array_type() -> type:
     from jax._src.array import ArrayImpl
-    return {ArrayImpl: operator.attrgetter("aval"),
-            np.ndarray: operator.attrgetter("shape", "dtype")}
+    return ArrayImpl
 
 
-_SPECS = _specs()
+_JAX_ARRAY = _jax_array_type()
 
 
 def signature(op, args: tuple, kwargs: dict):
     """The cache key of an eager call, or None where its arrays are not concrete (tracers,
-    lists). A key holding an unhashable attribute (an array as ``axis``) is no key either:
-    :func:`cached` finds that out when it looks the key up."""
+    lists, subclasses). A key holding an unhashable attribute (an array as ``axis``) is no
+    key either: :func:`cached` finds that out when it looks the key up.
+
+    A JAX array enters as its aval (shape, dtype, weak type: one attribute, hashed
+    once), a NumPy array as its shape and dtype; written out inline, since every
+    eager call pays for it.
+    """
     if len(args) < 2:
         return None
-    spec_data, spec_indices = _SPECS.get(type(args[0])), _SPECS.get(type(args[1]))
+    data, indices = args[0], args[1]
+    kind = type(data)
+    spec_data = (data.aval if kind is _JAX_ARRAY else
+                 (data.shape, data.dtype) if kind is np.ndarray else None)
+    kind = type(indices)
+    spec_indices = (indices.aval if kind is _JAX_ARRAY else
+                    (indices.shape, indices.dtype) if kind is np.ndarray else None)
     if spec_data is None or spec_indices is None:
         return None
-    attrs = args[2:]
-    values = attrs
-    if kwargs:
-        attrs += tuple(kwargs.items())
-        values += tuple(kwargs.values())
     # The attributes' types too: 1, 1.0 and True are equal keys but not equal arguments.
-    return (op, spec_data(args[0]), spec_indices(args[1]), attrs, tuple(map(type, values)),
+    attrs = args[2:]
+    if kwargs:
+        return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()),
+                tuple(map(type, attrs)), tuple(map(type, kwargs.values())),
+                _modes.current_default(), _dtypes.x64())
+    return (op, spec_data, spec_indices, attrs, tuple(map(type, attrs)),
             _modes.current_default(), _dtypes.x64())
 
 

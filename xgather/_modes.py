@@ -233,7 +233,7 @@ def flag_and_wrap(plan, indices, flag: bool, use, speculate: bool = False):
     if not wraps(plan, indices):
         return (any_bad(plan, indices) if flag else None), use(indices)
     if flag and speculate and plan.speculates:
-        return _any(outside(plan, indices)), use(indices)
+        return _any(outside(plan, indices), pad=not plan.small), use(indices)
     if plan.wrap_pass == "fused":
         return (any_bad(plan, indices) if flag else None), use(wrap(plan, indices))
     inner = use if plan.wrap_pass == "gather" else (lambda i: i)
@@ -312,24 +312,29 @@ def _report_args(plan, indices, xp):
 # Up to this many indices the check's report is computed on every call (cheaper than
 # a branch); above it, only when some index is bad.
 _EAGER_REPORT = 1 << 15
-# XLA:CPU (jaxlib 0.10) runs a float32 max over 4096 or more values as a library kernel;
-# over fewer it compiles loops (one unrolled loop up to a few dozen values). Above
-# _EAGER_REPORT a first stage reduces (rows, lanes) blocks. Earlier versions padded flags
-# of 33-4095 values up to 4096 for the library kernel: it compiled 15-35 ms faster, but
-# ran 3-16 us a call slower (a program of 1000 or more flops is no longer run inline by
-# the CPU client), which eager calls pay every time.
+# XLA:CPU (jaxlib 0.10) runs a float32 max over 4096 or more values as a library kernel,
+# which compiles in about 30 ms; over fewer it compiles loops (one unrolled loop up to a
+# few dozen values). Beside large gathers, flags of _UNROLLED_MAX+1 to 4095 values are
+# padded up to _LIBRARY_MIN: measured, that compiles 15-35 ms faster and runs 3-16 us a
+# call slower, which such a gather hides. Beside small gathers (Plan.small) the padding
+# would cost a third or more of the call (eager calls pay it every time; the CPU client
+# no longer runs a program of 1000 or more flops inline), so their flags are not padded.
+# Above _EAGER_REPORT a first stage reduces (rows, lanes) blocks.
+_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
-def _any(bad, blocked: bool = True):
+def _any(bad, blocked: bool = True, pad: bool = True):
     """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
-    On XLA:CPU the flag is a float32 max, a library kernel from 4096 values (a
+    On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
     boolean reduction becomes a tree of scalar reduce-window loops, slow to
-    compile and to run). Above ``_EAGER_REPORT``, a first stage reduces (rows,
-    lanes) blocks over their rows, a vector loop fused with the compare that
-    makes ``bad``, so that the max reads one value per block and lane plus the
-    ragged tail. Which form runs
+    compile and to run). With ``pad``, fewer than ``_LIBRARY_MIN`` values (but
+    more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size so
+    that the library kernel takes them too (see the note above for when). Above
+    ``_EAGER_REPORT``, a first stage reduces (rows, lanes) blocks over their
+    rows, a vector loop fused with the compare that makes ``bad``, so that the
+    max reads one value per block and lane plus the ragged tail. Which form runs
     is chosen when the program is lowered. ``blocked=False`` skips the first
     stage: one kernel fewer to compile, for flags that are rarely computed.
     """
@@ -343,6 +348,8 @@ def _any(bad, blocked: bool = True):
         if blocked and n > _EAGER_REPORT and m:
             lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
             flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
+        if pad and _UNROLLED_MAX < flat.size < _LIBRARY_MIN:
+            flat = jnp.pad(flat, (0, _LIBRARY_MIN - flat.size))
         return jnp.max(flat.astype(jnp.float32)) > 0
 
     return lax.platform_dependent(flat, cpu=cpu, default=jnp.any)
@@ -350,7 +357,7 @@ def _any(bad, blocked: bool = True):
 
 def any_bad(plan, indices, blocked: bool = True):
     """One flag: some index lies outside the spec's range (before any wrap)."""
-    return _any(jnp.logical_not(valid(plan, indices, jnp)), blocked)
+    return _any(jnp.logical_not(valid(plan, indices, jnp)), blocked, pad=not plan.small)
 
 
 def check(plan, indices, bad=None) -> None:

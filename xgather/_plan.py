@@ -114,9 +114,15 @@ class Plan:
     @property
     def wrap_pass(self) -> str:
         n, out = self.index_count, math.prod(self.out_shape)
-        if not n or out < _SEPARATE_WRAP or math.prod(self.slice_sizes) >= _ROW_SLICE:
+        if not n or self.small or math.prod(self.slice_sizes) >= _ROW_SLICE:
             return "fused"
         return "separate" if out >= _ROWS * n else "gather"
+
+    @property
+    def small(self) -> bool:
+        """Whether the gather writes fewer than ``_SEPARATE_WRAP`` values: a program of
+        microseconds, where work beside the gather costs more per call than to compile."""
+        return math.prod(self.out_shape) < _SEPARATE_WRAP
 
     @property
     def speculates(self) -> bool:
