@@ -142,18 +142,24 @@ def test_large_index_arrays_report_the_first_bad_index(shape, where):
 
 
 # The flag takes one form per size on XLA:CPU (xgather._modes._any and XLA's own choice):
-# one unrolled max up to a few dozen values, loops up to 4095, the library max up to
+# one unrolled max up to a few dozen values, loops up to 4095 beside small gathers (rows of
+# 2 here), padded to 4096 beside large ones (rows of 512), the library max up to
 # _EAGER_REPORT, blocked above. A single bad value at either end must be caught by each, on
 # every path.
-@pytest.mark.parametrize("n", [1, 32, 33, 4095, 4096, 32769])
+@pytest.mark.parametrize("n, width", [(1, 2), (32, 2), (33, 2), (4095, 2), (33, 512),
+                                      (4095, 512), (4096, 2), (32769, 2)])
 @pytest.mark.parametrize("where", ["first", "last"])
-def test_every_flag_form_catches_one_bad_index(n, where):
-    data = np.arange(12, dtype=np.float32).reshape(6, 2)
+def test_every_flag_form_catches_one_bad_index(n, width, where):
+    data = np.arange(6 * width, dtype=np.float32).reshape(6, width)
     idx = np.zeros((n, 1), np.int32)  # GatherND tuples of one component: n values
     p = 0 if where == "first" else n - 1
     idx[p, 0] = 6
     want = rf"^onnx\.GatherND-13: index 6 at indices\[{p}, 0\] is out of range \[-6, 5\]"
     f = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather_nd(d, i)))
+    program = jax.make_jaxpr(checkify.checkify(lambda d, i: xgather.onnx.gather_nd(d, i)))
+    padded = "pad[" in str(program(data, idx))
+    # Above 32768 the blocks leave 1025 values, padded beside a large gather (65538 values).
+    assert padded == ((width == 512 and 32 < n < 4096) or n > 32768)
     for call in (lambda: f(data, idx), lambda: xgather.onnx.gather_nd(data, jnp.asarray(idx))):
         with pytest.raises(OutOfBoundsError, match=want):
             call()
