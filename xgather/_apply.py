@@ -340,8 +340,8 @@ def explain(op, *args, **kwargs) -> Plan:
 
     >>> import numpy as np, xgather
     >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64), axis=1)
-    >>> p.out_shape, p.dimension_numbers.offset_dims
-    ((3, 5), (0,))
+    >>> p.out_shape, p.index_axes, p.bounds
+    ((3, 5), (1,), (4,))
     """
     planner = getattr(op, "__xgather_plan__", None)
     if planner is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import sys
 from typing import Literal
@@ -339,20 +340,48 @@ def _any(bad, blocked: bool = True, pad: bool = True):
     stage: one kernel fewer to compile, for flags that are rarely computed.
     """
     flat = bad.ravel()
-    block = _BLOCK_ROWS * _BLOCK_LANES
-    n, m = flat.size, flat.size // block * block
+    n = flat.size
     if n == 0:
         return jnp.zeros((), bool)
+    m, size = _cpu_flag_steps(n, blocked, pad)
 
     def cpu(flat):
-        if blocked and n > _EAGER_REPORT and m:
+        if m:
             lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
             flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
-        if pad and _UNROLLED_MAX < flat.size < _LIBRARY_MIN:
-            flat = jnp.pad(flat, (0, _LIBRARY_MIN - flat.size))
+        if size > flat.size:
+            flat = jnp.pad(flat, (0, size - flat.size))
         return jnp.max(flat.astype(jnp.float32)) > 0
 
     return lax.platform_dependent(flat, cpu=cpu, default=jnp.any)
+
+
+def _cpu_flag_steps(n: int, blocked: bool = True, pad: bool = True) -> tuple[int, int]:
+    """``(m, size)``: how :func:`_any` reduces ``n`` values on XLA:CPU. The first ``m``
+    are reduced in (rows, lanes) blocks first (0: none), and the float32 max then reads
+    ``size`` values (the block results and the rest, padded where ``size`` says so)."""
+    block = _BLOCK_ROWS * _BLOCK_LANES
+    m = n // block * block if blocked and n > _EAGER_REPORT else 0
+    size = m // _BLOCK_ROWS + n - m
+    if pad and _UNROLLED_MAX < size < _LIBRARY_MIN:
+        size = _LIBRARY_MIN
+    return m, size
+
+
+def flag_text(plan) -> str:
+    """What ``explain`` says of the flag that the ``"error"`` mode's check reduces."""
+    n = math.prod(plan.indices_shape)
+    what = 'bound check (mode="error"): '
+    if plan.backend != "cpu":
+        return what + f"jnp.any over the {n} index values"
+    m, size = _cpu_flag_steps(n, pad=not plan.small)
+    read = m // _BLOCK_ROWS + n - m
+    blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
+              else "")
+    kind = ("one unrolled max" if size <= _UNROLLED_MAX else
+            "the library max" if size >= _LIBRARY_MIN else "a max of loops")
+    padded = f" padded to {size}" if size > read else ""
+    return what + f"a float32 max over the {n} index values ({blocks}{kind} over {read}{padded})"
 
 
 def any_bad(plan, indices, blocked: bool = True):
