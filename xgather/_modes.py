@@ -343,7 +343,7 @@ def _any(bad, blocked: bool = True, pad: bool = True):
     n = flat.size
     if n == 0:
         return jnp.zeros((), bool)
-    m, size = _cpu_flag_steps(n, blocked, pad)
+    m, _, size = _cpu_flag_steps(n, blocked, pad)
 
     def cpu(flat):
         if m:
@@ -356,16 +356,17 @@ def _any(bad, blocked: bool = True, pad: bool = True):
     return lax.platform_dependent(flat, cpu=cpu, default=jnp.any)
 
 
-def _cpu_flag_steps(n: int, blocked: bool = True, pad: bool = True) -> tuple[int, int]:
-    """``(m, size)``: how :func:`_any` reduces ``n`` values on XLA:CPU. The first ``m``
-    are reduced in (rows, lanes) blocks first (0: none), and the float32 max then reads
-    ``size`` values (the block results and the rest, padded where ``size`` says so)."""
+def _cpu_flag_steps(n: int, blocked: bool = True,
+                    pad: bool = True) -> tuple[int, int, int]:
+    """``(m, read, size)``: how :func:`_any` reduces ``n`` values on XLA:CPU. The first
+    ``m`` are reduced in (rows, lanes) blocks first (0: none), leaving ``read`` values
+    (the block results and the rest), which the float32 max reads padded to ``size``."""
     block = _BLOCK_ROWS * _BLOCK_LANES
     m = n // block * block if blocked and n > _EAGER_REPORT else 0
-    size = m // _BLOCK_ROWS + n - m
-    if pad and _UNROLLED_MAX < size < _LIBRARY_MIN:
+    read = size = m // _BLOCK_ROWS + n - m
+    if pad and _UNROLLED_MAX < read < _LIBRARY_MIN:
         size = _LIBRARY_MIN
-    return m, size
+    return m, read, size
 
 
 def flag_text(plan) -> str:
@@ -374,8 +375,7 @@ def flag_text(plan) -> str:
     what = 'bound check (mode="error"): '
     if plan.backend != "cpu":
         return what + f"jnp.any over the {n} index values"
-    m, size = _cpu_flag_steps(n, pad=not plan.small)
-    read = m // _BLOCK_ROWS + n - m
+    m, read, size = _cpu_flag_steps(n, pad=not plan.small)
     blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
               else "")
     kind = ("one unrolled max" if size <= _UNROLLED_MAX else

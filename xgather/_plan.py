@@ -105,6 +105,7 @@ class Plan:
     lowering: str = "vmap"
     index_broadcast: Shape = ()
     backend: str = "cpu"
+    model_opset: int | None = None
 
     @property
     def index_count(self) -> int:
@@ -130,7 +131,6 @@ class Plan:
         skips the wrap and flags every index outside ``[0, s-1]``: where the wrap would
         take a branch of its own (see :func:`xgather._modes.flag_and_wrap`)."""
         return self.negative and self.wrap_pass != "fused"
-    model_opset: int | None = None
 
     @property
     def bounds(self) -> Shape:
