@@ -304,3 +304,18 @@ def test_gather_nd_case_table(version, b):
 
     check_everywhere(lambda d, i: ov.gather_nd(d, i, b, version=version), data, idx, want,
                      tuples=True)
+
+
+@pytest.mark.parametrize("itype", ["int8", "int16", "uint8", "uint16", "uint32", "uint64"])
+def test_index_types_as_the_runtime_takes_them(itype):
+    """Gather and GatherND take any integer index type; GatherElements-6 only int32/int64."""
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    idx = np.array([[1, 0, 2], [0, 1, 1]], itype)
+    with pytest.raises(Exception, match="int32 or int64"):  # the runtime refuses the node
+        ov_oracle.run("GatherElements", 6, data, idx, axis=1)
+    with pytest.raises(xgather.XGatherTypeError, match=rf"^openvino\.GatherElements-6: indices "
+                                                       rf"must be int32 or int64; got {itype} "):
+        ov.gather_elements(data, idx, 1)
+    assert_same(ov.gather(data, idx, 1), ov_oracle.run("Gather", 8, data, idx, axis=1))
+    pos = idx[:, :2, None] % 2
+    assert_same(ov.gather_nd(data, pos), ov_oracle.run("GatherND", 8, data, pos))

@@ -26,7 +26,8 @@ Choices, with the evidence behind them:
 * GatherElements-6: ``indices`` equals ``data`` in shape except on ``axis``;
   negative indices wrap (as the runtime does); out of range defaults to
   ``"error"``.
-* Index types: any integer type (OpenVINO's ``T_IND``).
+* Index types: any integer type for Gather and GatherND (their ``T_IND``); int32
+  or int64 for GatherElements-6 (its ``T_IND``; the runtime refuses others).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ GATHER_VERSIONS = (1, 7, 8)
 GATHER_ND_VERSIONS = (5, 8)
 GATHER_ELEMENTS_VERSIONS = (6,)
 INDEX_DTYPES = _dtypes.ANY_INTEGER
+ELEMENTS_INDEX_DTYPES = _dtypes.INT32_INDICES  # GatherElements-6's T_IND
 
 
 def static_axis(op: str, axis, sh) -> int:
@@ -101,7 +103,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
 def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **_):
     op = "openvino.GatherElements-6"
     sh = shapes(data, indices, op)
-    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    _dtypes.check_index_dtype(op, indices, ELEMENTS_INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.elements_plan(op, sh["data"], sh["indices"], ax,
                                negatives(op, negative_indices, sh), smaller_ok=False)
@@ -174,7 +176,7 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
     [[1, 1], [4, 3]]
     """
     plan = _gather_elements_plan(data, indices, axis, negative_indices=negative_indices)
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value)
+    return call(plan, data, indices, ELEMENTS_INDEX_DTYPES, mode, fill_value)
 
 
 # -- IR layers ----------------------------------------------------------------------------
