@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import ml_dtypes
@@ -139,9 +141,9 @@ def test_wide_values_without_x64_stay_exact():
     assert out.dtype == np.int64 and out.tolist() == [-(2**63), 2**53 + 1, 2**62 + 3]
     u = np.array([2**64 - 1, 2**63], np.uint64)
     assert xgather.onnx.gather_elements(u, [1, -2]).tolist() == [2**63, 2**64 - 1]
-    with pytest.raises(xgather.XGatherError, match=r"index values must fit int32 while "
-                                                    r"jax_enable_x64 is off .*; got index value "
-                                                    r"4294967296"):
+    # An index beyond int32 is out of range, reported as given (not cut to 32 bits).
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 4294967296 at indices\[0\] is "
+                                                       r"out of range \[-3, 2\]"):
         xgather.onnx.gather(np.zeros(3, np.float32), np.array([2**32], np.int64))
 
 
@@ -195,12 +197,17 @@ def test_int64_indices_beyond_int32_stay_out_of_range(op, mode):
             "gather_nd": (xgather.onnx.gather_nd, BEYOND_INT32[:, None], ref.gather_nd),
             "gather_elements": (xgather.onnx.gather_elements, BEYOND_INT32, ref.gather_elements)}
     fn, idx, want = call[op]
-    if not X64:  # int64 values beyond int32 cannot reach the device: an error, not a wrap
-        with pytest.raises(xgather.XGatherError, match="int32"):
-            fn(data, idx, mode=mode)
-        return
-    f = jax.jit(lambda d, i: fn(d, i, mode=mode, fill_value=-1.0))
-    np.testing.assert_array_equal(f(data, idx), want(data, idx, oob=mode, fill=-1.0))
+    expected = want(data, idx, oob=mode, fill=-1.0)
+    if X64:
+        f = jax.jit(lambda d, i: fn(d, i, mode=mode, fill_value=-1.0))
+        np.testing.assert_array_equal(f(data, idx), expected)
+    # Where xgather sees the NumPy indices (eager calls, constants under jit; with x64 off
+    # they are saturated into int32, out of range on the same side). An int64 array passed
+    # as a jit argument with x64 off is cut to int32 by JAX itself, before any op sees it.
+    for _ in range(2):  # the second call takes the cached path
+        np.testing.assert_array_equal(fn(data, idx, mode=mode, fill_value=-1.0), expected)
+    const = jax.jit(lambda d: fn(d, idx, mode=mode, fill_value=-1.0))
+    np.testing.assert_array_equal(const(data), expected)
     if op == "gather":  # and the gradient goes where the forward read
         ct = np.arange(1, idx.size + 1, dtype=np.float32)
         g = jax.grad(lambda d: (fn(d, idx, mode=mode) * ct).sum())(data)
@@ -228,3 +235,87 @@ def test_table_with_x64_on():
     assert " passed" in proc.stdout and "failed" not in proc.stdout
 
 
+
+
+def test_openvino_zeros_for_indices_beyond_int32():
+    """Gather-8: an index outside [-s, s-1] gives zeros, however wide (x64 on or off)."""
+    data = np.arange(1.0, 4.0, dtype=np.float32)
+    idx = np.array([1, 2**31, -2**31 - 1, 2**40, -1, np.iinfo(np.int64).min], np.int64)
+    want = ref.gather(data, idx, oob="fill", fill=0.0)
+    assert want.tolist() == [2.0, 0.0, 0.0, 0.0, 3.0, 0.0]
+    for _ in range(2):
+        np.testing.assert_array_equal(xgather.openvino.gather(data, idx, 0), want)
+    u = np.array([2, 2**32 + 1, 2**64 - 1], np.uint64)
+    np.testing.assert_array_equal(xgather.openvino.gather(data, u, 0),
+                                  ref.gather(data, u, oob="fill", fill=0.0))
+
+
+@pytest.mark.parametrize("idx, where, count", [
+    (np.array([1, 2**31, -2**31 - 1], np.int64), "indices\\[1\\]", 2),
+    (np.array([-2**40, 0], np.int64), "indices\\[0\\]", 1),
+])
+def test_indices_beyond_int32_are_reported_as_given(idx, where, count):
+    data = np.arange(3, dtype=np.float32)
+    bad = idx[(idx < -3) | (idx > 2)][0]
+    msg = (rf"^onnx\.Gather-13: index {bad} at {where} is out of range \[-3, 2\] for data axis 0 "
+           rf"of size 3 \({count} out-of-range value\(s\) in indices\)")
+    for _ in range(2):  # first call, then the cached path
+        with pytest.raises(xgather.OutOfBoundsError, match=msg):
+            xgather.onnx.gather(data, idx)
+    with pytest.raises(xgather.OutOfBoundsError, match=msg):
+        xgather.checked(jax.jit(lambda d: xgather.onnx.gather(d, idx)))(data)
+
+
+# Candidate data types: every type of the table above, and JAX's narrow float and int types.
+CANDIDATES = [d for d in DTYPES if d != "object"] + [
+    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.int4, ml_dtypes.uint4]
+_ONNX_NAME = {"float32": "float", "float64": "double", "str": "string"}
+
+
+def _sample(dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "U":
+        return np.array([["a", "b", "c"]] * 3)
+    return np.zeros((3, 3), dtype)
+
+
+def _accepts(fn, data, *args, **kw) -> bool:
+    try:
+        fn(data, *args, **kw)
+    except xgather.XGatherTypeError as e:
+        assert "data must be of a type the spec allows" in str(e), e
+        assert f"got {'string' if data.dtype.kind == 'U' else data.dtype.name}" in str(e), e
+        return False
+    return True
+
+
+@pytest.mark.parametrize("op_type, version", [
+    ("Gather", 1), ("Gather", 11), ("Gather", 13), ("GatherND", 11), ("GatherND", 12),
+    ("GatherND", 13), ("GatherElements", 11), ("GatherElements", 13)])
+def test_onnx_data_types_per_version(op_type, version):
+    """T of each op version, as onnx's own schema table gives it (bfloat16 from 13)."""
+    defs = pytest.importorskip("onnx.defs")
+    [t] = [c for c in defs.get_schema(op_type, version).type_constraints
+           if c.type_param_str == "T"]
+    fn, idx = {"Gather": (xgather.onnx.gather, np.array([2, -1])),
+               "GatherND": (xgather.onnx.gather_nd, np.array([[2, -1]])),
+               "GatherElements": (xgather.onnx.gather_elements, np.array([[2, -1, 0]] * 3))
+               }[op_type]
+    for dtype in CANDIDATES:
+        name = np.dtype(dtype).name if np.dtype(dtype).kind != "U" else "str"
+        spec = f"tensor({_ONNX_NAME.get(name, name)})" in t.allowed_type_strs
+        assert _accepts(fn, _sample(dtype), idx, opset=version) == spec, (op_type, version, name)
+    if version < 13:  # the error says where bfloat16 comes in
+        with pytest.raises(xgather.XGatherTypeError, match="bfloat16 comes with version 13"):
+            fn(_sample(ml_dtypes.bfloat16), idx, opset=version)
+
+
+def test_labview_data_types_as_the_block_lists_them():
+    text = (Path(__file__).resolve().parents[2] / "shared" / "specs" /
+            "labview-deep-learning-gather.txt").read_text()
+    listed = set(re.findall(r"tensor\((\w+)\)", re.search(r"T in \((.*?)\) :", text, re.S)[1]))
+    assert {"bfloat16", "string", "complex128"} <= listed and "float8e4m3fn" not in listed
+    for dtype in CANDIDATES:
+        name = np.dtype(dtype).name if np.dtype(dtype).kind != "U" else "str"
+        assert _accepts(xgather.labview.gather, _sample(dtype), np.array([2, -1])) == \
+            (_ONNX_NAME.get(name, name) in listed), name

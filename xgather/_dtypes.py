@@ -24,6 +24,14 @@ ANY_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "
 
 _WIDE = frozenset({"int64", "uint64", "float64", "complex128"})
 
+#: ONNX's type constraint T of Gather, GatherND and GatherElements up to version 12
+#: (``onnx.defs``): every tensor type of ONNX but bfloat16, the 8-bit floats and the 4-bit
+#: types; version 13 adds bfloat16 (and the LabVIEW block lists the same).
+ONNX_DATA = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                       "uint64", "float16", "float32", "float64", "complex64", "complex128",
+                       "string"})
+ONNX_DATA_13 = ONNX_DATA | {"bfloat16"}
+
 
 try:  # the config state itself: read on every eager call, a third of jax.config's cost
     from jax._src.config import enable_x64 as _ENABLE_X64
@@ -62,24 +70,47 @@ def check_index_dtype(op: str, indices, allowed, shapes=None) -> None:
              kind=XGatherTypeError)
 
 
-def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None):
-    """Indices as an integer array (NumPy or JAX) of an allowed dtype, never truncated.
+def data_type(data) -> str | None:
+    """``data``'s type as a spec names it (``"string"`` for text and object arrays), or None
+    for lists and scalars (they take JAX's default types)."""
+    dtype = getattr(data, "dtype", None)
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    return "string" if dtype.kind in "USO" else dtype.name
+
+
+def check_data_type(op: str, data, allowed, shapes=None, note: str = "") -> None:
+    """``data`` of a type in ``allowed`` (a spec's type constraint), else a TypeError."""
+    name = data_type(data)
+    if name is not None and name not in allowed:
+        fail(op, f"data must be of a type the spec allows ({', '.join(sorted(allowed))}){note}",
+             name, shapes, kind=XGatherTypeError)
+
+
+def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None):
+    """Indices as an integer array (NumPy or JAX) of an allowed dtype, never wrapped.
 
     Python lists of ints become int64. With x64 off, 64-bit NumPy indices become
-    32-bit only when every value fits; otherwise it is an error, not a wrap.
+    32-bit; values beyond the 32-bit type are saturated into it, so that they
+    stay out of range on the same side (with x64 off no axis reaches ``2**31``:
+    :func:`xgather._frontend.check_addressable`) and every mode treats them as
+    the out-of-range indices they are. ``check`` (the ``"error"`` mode's host
+    check) sees such indices first, as given, so that its report names the
+    value given.
     """
     check_index_dtype(op, indices, allowed, shapes)
     if not hasattr(indices, "dtype"):
         indices = np.asarray(indices).astype(index_dtype(indices))
     dtype = np.dtype(indices.dtype)
     if isinstance(indices, np.ndarray) and dtype.itemsize == 8 and not x64():
-        info = np.iinfo(np.int32)
+        narrow = np.dtype(np.int32 if dtype.kind == "i" else np.uint32)
+        info = np.iinfo(narrow)
         if indices.size and (indices.max() > info.max or indices.min() < info.min):
-            bad = indices.max() if indices.max() > info.max else indices.min()
-            fail(op, "index values must fit int32 while jax_enable_x64 is off "
-                 "(enable it with jax.config.update('jax_enable_x64', True))",
-                 f"index value {bad}", shapes)
-        indices = indices.astype(np.int32 if dtype.kind == "i" else np.uint32)
+            if check is not None:
+                check(indices)
+            indices = np.clip(indices, info.min, info.max)
+        indices = indices.astype(narrow)
     return indices
 
 

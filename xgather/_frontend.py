@@ -142,8 +142,10 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
     """
     check_addressable(plan)
     sh = shapes(data, indices)
-    idx = _dtypes.index_array(plan.op, indices, allowed, sh)
     mode = _modes.resolve(plan.op, mode, spec_default)
+    # Indices beyond int32 (x64 off) are saturated; "error" reports them as given first.
+    check = functools.partial(_modes.host_check, plan) if mode == "error" else None
+    idx = _dtypes.index_array(plan.op, indices, allowed, sh, check)
     key = getattr(_pending, "key", None)
     if key is not None and not _dtypes.needs_host(data):
         _pending.key = None  # the signature is settled here, for this call alone
@@ -153,7 +155,8 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
         runner = gather
         if isinstance(indices, np.ndarray):
             def runner(data, indices):
-                return gather(data, _dtypes.index_array(plan.op, indices, allowed, sh))
+                return gather(data, _dtypes.index_array(plan.op, indices, allowed, sh,
+                                                         check))
         RUNNERS[key] = runner
         return gather(data, idx)  # idx: converted above already
     return _apply.run(plan, data, idx, mode, fill_value, indices_are_sorted=indices_are_sorted,

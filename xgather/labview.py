@@ -41,6 +41,7 @@ def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_n
                  negative_indices=True, **_):
     op = _label(name, specified_outputs_name)
     sh = shapes(data, indices, op)
+    _dtypes.check_data_type(op, data, _dtypes.ONNX_DATA_13, sh)  # the block's T
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,

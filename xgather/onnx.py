@@ -50,11 +50,21 @@ def _at(plan: _plan.Plan, opset: int) -> _plan.Plan:
     return dataclasses.replace(plan, model_opset=int(opset))
 
 
+def _check_types(op: str, version: int, data, indices, sh) -> None:
+    """The op version's type constraints: T (bfloat16 from version 13) and Tind."""
+    if version >= 13:
+        _dtypes.check_data_type(op, data, _dtypes.ONNX_DATA_13, sh)
+    else:
+        _dtypes.check_data_type(op, data, _dtypes.ONNX_DATA, sh,
+                                note="; bfloat16 comes with version 13 (model opset 13 on)")
+    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+
+
 def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, negative_indices=True,
                  **_) -> _plan.Plan:
-    op, _ = resolve("Gather", opset)
+    op, version = resolve("Gather", opset)
     sh = shapes(data, indices, op)
-    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    _check_types(op, version, data, indices, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _at(_plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
                                negatives(op, negative_indices, sh)), opset)
@@ -64,7 +74,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
                     negative_indices=True, **_) -> _plan.Plan:
     op, version = resolve("GatherND", opset)
     sh = shapes(data, indices, op)
-    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    _check_types(op, version, data, indices, sh)
     if version == 11 and batch_dims != 0:
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
     return _at(_plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
@@ -73,9 +83,9 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
 
 def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
                           negative_indices=True, **_) -> _plan.Plan:
-    op, _ = resolve("GatherElements", opset)
+    op, version = resolve("GatherElements", opset)
     sh = shapes(data, indices, op)
-    _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    _check_types(op, version, data, indices, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _at(_plan.elements_plan(op, sh["data"], sh["indices"], ax,
                                    negatives(op, negative_indices, sh), True), opset)

@@ -19,6 +19,8 @@ communication, which for a row-sharded table may mean gathering it whole.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -72,7 +74,9 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
     plan = _gather_plan(data, indices, mesh, rows, batch)
     check_addressable(plan)
     mode = _modes.resolve(plan.op, mode)
-    idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices))
+    check = functools.partial(_modes.host_check, plan) if mode == "error" else None
+    idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices),
+                              check)
     mode = _apply.check_now_or_later(plan, mode, idx)
     return _sharded(plan, mesh, rows, batch, mode, fill_value)(data, idx)
 
