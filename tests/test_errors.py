@@ -169,3 +169,97 @@ def test_every_flag_form_catches_one_bad_index(n, width, where):
             call()
     idx[p, 0] = -1  # in range: wraps to row 5
     np.testing.assert_array_equal(f(data, idx), data[np.where(idx[:, 0] < 0, 5, idx[:, 0])])
+
+
+DI = np.arange(12, dtype=np.int32).reshape(3, 4)
+LV, BN, OV = xgather.labview.gather, xgather.bnns, xgather.openvino
+
+# Values and attributes that would otherwise be cast, wrapped or guessed at.
+BAD_VALUES = [
+    ("list-int-beyond-int64", lambda: G(DI, [2**64 - 1]), XGatherError,
+     r"^onnx\.Gather-13: Python int indices are int64 and must fit it; "
+     r"got index value 18446744073709551615"),
+    ("list-mixed-beyond-int64", lambda: G(DI, [2**63, -1]), XGatherError,
+     r"must fit it; got index value 9223372036854775808"),
+    ("ragged-data", lambda: G([[1, 2], [3]], [0]), XGatherError,
+     r"^onnx\.Gather-13: data must be a rectangular nested list"),
+    ("ragged-indices", lambda: G(DI, [[0, 1], [0]]), XGatherError,
+     r"^onnx\.Gather-13: indices must be a rectangular nested list"),
+    ("fill-fraction-int", lambda: G(DI, [9], mode="fill", fill_value=1.7), XGatherError,
+     r"^onnx\.Gather-13: fill_value must be a value int32 holds exactly; got 1\.7"),
+    ("fill-nan-int", lambda: G(DI, [9], mode="fill", fill_value=float("nan")), XGatherError,
+     r"int32 holds exactly; got nan"),
+    ("fill-overflow-int", lambda: G(DI, [9], mode="fill", fill_value=2**40), XGatherError,
+     r"int32 holds exactly; got 1099511627776"),
+    ("fill-negative-uint8", lambda: G(DI.astype(np.uint8), [9], mode="fill", fill_value=-1),
+     XGatherError, r"uint8 holds exactly; got -1"),
+    ("fill-300-bool", lambda: G(DI > 3, [9], mode="fill", fill_value=300), XGatherError,
+     r"bool holds exactly; got 300"),
+    ("fill-overflow-float32", lambda: G(D, [9], mode="fill", fill_value=1e40), XGatherError,
+     r"fill_value must lie within float32's range \(a finite value stays finite\); got 1e\+40"),
+    ("fill-complex-real", lambda: G(D, [9], mode="fill", fill_value=1j), XGatherError,
+     r"fill_value for real float32 data must be real; got 1j"),
+    ("fill-string-float", lambda: G(D, [9], mode="fill", fill_value="x"), XGatherTypeError,
+     r"fill_value for float32 data must be a number; got 'x'"),
+    ("fill-array", lambda: G(D, [9], mode="fill", fill_value=np.array([1.0, 2.0])),
+     XGatherTypeError, r"fill_value must be a scalar; got an array of shape \(2,\)"),
+    ("fill-host-int64", lambda: G(DI.astype(np.int64), [9], mode="fill", fill_value=1.5),
+     XGatherError, r"int64 holds exactly; got 1\.5"),
+    ("fill-number-string-data", lambda: G(np.array(["a", "b"]), [9], mode="fill", fill_value=5),
+     XGatherTypeError, r"fill_value for <U1 data must be a str; got 5"),
+    ("fill-openvino-default", lambda: OV.gather(DI, [9], 0, fill_value=0.5), XGatherError,
+     r"^openvino\.Gather-8: fill_value must be a value int32 holds exactly; got 0\.5"),
+    ("fill-traced", lambda: jax.jit(lambda f: G(D, [9], mode="fill", fill_value=f))(1.0),
+     XGatherTypeError, r"fill_value must be a concrete scalar"),
+    ("sorted-not-bool", lambda: G(D, [0, 1], indices_are_sorted="no"), XGatherError,
+     r"^onnx\.Gather-13: indices_are_sorted must be a bool; got 'no'"),
+    ("unique-not-bool", lambda: ND(D, [[0]], unique_indices=None), XGatherError,
+     r"^onnx\.GatherND-13: unique_indices must be a bool; got None"),
+    ("batch-dims-bool", lambda: BN.gather(D, np.zeros((2, 1), np.int32), 1, True), XGatherError,
+     r"^bnns\.Gather: batch_dimension_count must be an int; got True"),
+    ("batch-dims-float", lambda: BN.gather_nd(D, np.zeros((2, 1), np.int32), 1.0), XGatherError,
+     r"^bnns\.GatherND: batch_dimension_count must be an int; got 1\.0"),
+    ("batch-dims-array", lambda: ND(D, np.zeros((2, 1), np.int64), np.array([1])), XGatherError,
+     r"^onnx\.GatherND-13: batch_dims must be an int; got array\(\[1\]\)"),
+    ("openvino-batch-dims-str", lambda: OV.gather_nd(D, np.zeros((2, 1), np.int64), "1"),
+     XGatherError, r"^openvino\.GatherND-8: batch_dims must be an int; got '1'"),
+    ("openvino-version-float", lambda: OV.gather(DI, [0], 0, version=8.0), XGatherError,
+     r"^openvino\.Gather: version must be one of 1, 7, 8; got version=8\.0"),
+    ("labview-training-str", lambda: LV(D, [0], training="False"), XGatherError,
+     r"^labview\.Gather: training must be a bool \(known when tracing\); got 'False'"),
+    ("labview-lda-str", lambda: LV(D, [0], lda_coeff="2"), XGatherError,
+     r"^labview\.Gather: lda_coeff must be a real number \(known when tracing\); got '2'"),
+    ("labview-lda-bool", lambda: LV(D, [0], lda_coeff=True), XGatherError,
+     r"lda_coeff must be a real number"),
+    ("labview-lda-traced",
+     lambda: jax.grad(lambda c: LV(D, [0], lda_coeff=c).sum())(1.0), XGatherError,
+     r"lda_coeff must be a real number \(known when tracing\); got .*Tracer"),
+    ("labview-name-int", lambda: LV(D, [0], name=123), XGatherError,
+     r"^labview\.Gather: name must be a str; got 123"),
+    ("labview-outputs-dict", lambda: LV(D, [0], specified_outputs_name={"a": 1}), XGatherError,
+     r"specified_outputs_name must be a str or a list of str; got \{'a': 1\}"),
+]
+
+
+@pytest.mark.parametrize("call, exc, pattern", [pytest.param(*b[1:], id=b[0])
+                                                for b in BAD_VALUES])
+def test_bad_values_and_attributes_are_errors(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_fill_values_the_dtype_holds():
+    """Exact values fill integer data; floating data takes the nearest value; text is
+    never cut to the data's width."""
+    from tests import reference as ref
+    idx = np.array([1, 9])
+    for data, fill in [(DI, 1.0), (DI, np.int64(-7)), (DI.astype(np.uint8), 255),
+                       (DI > 3, 1), (D[0], 0.1), (D[0], float("-inf")), (D[0], float("nan")),
+                       (D[0].astype(np.complex64), 1 + 2j)]:
+        want = ref.gather(data, idx, oob="fill", fill=np.asarray(fill).astype(data.dtype)[()])
+        got = np.asarray(G(data, idx, mode="fill", fill_value=fill))
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == data.dtype
+    words = np.array(["a", "b"])
+    out = G(words, [1, 5], mode="fill", fill_value="xyz")
+    assert out.tolist() == ["b", "xyz"]

@@ -145,6 +145,36 @@ def test_default_mode_context_and_env():
         xgather.onnx.gather(data, idx)
 
 
+def test_set_default_mode_is_process_wide():
+    """set_default_mode reaches every thread; default_mode stays in its own thread."""
+    import threading
+    data, idx = _data((3,)), np.array([0, 7])
+    seen = []
+
+    def in_thread():
+        try:
+            seen.append(np.asarray(xgather.onnx.gather(data, idx)))
+        except xgather.OutOfBoundsError as e:
+            seen.append(e)
+
+    def run():
+        seen.clear()
+        t = threading.Thread(target=in_thread)
+        t.start()
+        t.join()
+        return seen[0]
+
+    try:
+        xgather.set_default_mode("fill")
+        assert_same(run(), ref.gather(data, idx, oob="fill"))
+        with xgather.default_mode("clip"):  # this thread only: a block overrides it here
+            assert_same(xgather.onnx.gather(data, idx), ref.gather(data, idx, oob="clip"))
+            assert_same(run(), ref.gather(data, idx, oob="fill"))
+    finally:
+        xgather.set_default_mode(None)
+    assert isinstance(run(), xgather.OutOfBoundsError)
+
+
 def test_default_mode_from_environment():
     import subprocess
     import sys

@@ -13,6 +13,8 @@ a NumPy array of the original dtype, bit for bit.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,8 +51,14 @@ def is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def shape_of(x) -> tuple[int, ...]:
-    shape = x.shape if hasattr(x, "shape") else np.shape(x)
+def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
+    if hasattr(x, "shape"):
+        shape = x.shape
+    else:
+        try:
+            shape = np.shape(x)
+        except ValueError as e:  # a ragged nested list
+            raise XGatherError(f"{op}: {name} must be a rectangular nested list ({e})") from None
     return tuple(int(n) for n in shape)
 
 
@@ -62,8 +70,21 @@ def index_dtype(indices) -> np.dtype:
     return np.dtype(dtype)
 
 
+def _check_list_ints(op: str, indices, shapes) -> None:
+    """Python ints (lists, scalars) are int64 indices: one beyond int64 is an error (NumPy
+    would hold such a list as uint64, which wraps into int64, or as float64)."""
+    if hasattr(indices, "dtype") or np.asarray(indices).dtype.kind not in "uOf":
+        return
+    flat = np.asarray(indices, dtype=object).ravel()
+    if flat.size and all(isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
+                         for v in flat):
+        fail(op, "Python int indices are int64 and must fit it",
+             f"index value {max(flat.tolist(), key=abs)}", shapes)
+
+
 def check_index_dtype(op: str, indices, allowed, shapes=None) -> None:
     """Indices of a dtype outside ``allowed`` (floats, bools, ...) are a TypeError."""
+    _check_list_ints(op, indices, shapes)
     dtype = index_dtype(indices)
     if dtype.name not in allowed:
         fail(op, f"indices must be {' or '.join(allowed)}", str(dtype), shapes,
@@ -86,6 +107,58 @@ def check_data_type(op: str, data, allowed, shapes=None, note: str = "") -> None
     if name is not None and name not in allowed:
         fail(op, f"data must be of a type the spec allows ({', '.join(sorted(allowed))}){note}",
              name, shapes, kind=XGatherTypeError)
+
+
+def fill_scalar(op: str, fill_value, dtype, shapes=None):
+    """``fill_value`` checked against ``data``'s dtype, as a Python scalar (it keys caches).
+
+    A concrete scalar that the dtype holds: exactly for bool and integer data
+    (1.7, NaN, 300 into uint8 are errors, not a silent cast), rounded to the
+    nearest value for floating data (a finite value must stay finite), real
+    for real data; a ``str`` for text data (``bytes`` for NumPy bytes arrays).
+    """
+    if fill_value is None:
+        return None
+    if is_traced(fill_value):
+        fail(op, "fill_value must be a concrete scalar (an attribute of the op, fixed when "
+             "it is traced)", type(fill_value).__name__, shapes, kind=XGatherTypeError)
+    dtype = np.dtype(dtype)
+    try:
+        arr = np.asarray(fill_value)
+    except Exception:  # noqa: BLE001 - anything NumPy cannot hold is no scalar
+        arr = np.asarray(None)
+    if arr.ndim:
+        fail(op, "fill_value must be a scalar", f"an array of shape {arr.shape}", shapes,
+             kind=XGatherTypeError)
+    value = arr.item() if arr.dtype.kind != "O" else fill_value
+    text = {"U": str, "O": str, "S": bytes}.get(dtype.kind)
+    if text is not None:
+        if not isinstance(value, text):
+            fail(op, f"fill_value for {dtype} data must be a {text.__name__}", repr(fill_value),
+                 shapes, kind=XGatherTypeError)
+        return value
+    if isinstance(value, bool | np.bool_):
+        value = bool(value)
+    elif not isinstance(value, int | float | complex) or isinstance(value, str):
+        fail(op, f"fill_value for {dtype} data must be a number", repr(fill_value), shapes,
+             kind=XGatherTypeError)
+    if isinstance(value, complex) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        fail(op, f"fill_value for real {dtype} data must be real", repr(fill_value), shapes)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            held = np.asarray(value).astype(dtype).item()
+        except OverflowError:
+            held = None
+    if jnp.issubdtype(dtype, jnp.inexact):
+        ok = held is not None and (np.isfinite(held) or not np.isfinite(value))
+        rule = f"fill_value must lie within {dtype}'s range (a finite value stays finite)"
+    else:  # bool and integer data hold a value exactly, or not at all
+        ok = held is not None and held == value
+        rule = f"fill_value must be a value {dtype} holds exactly"
+    if not ok:
+        fail(op, rule, repr(fill_value), shapes)
+    return value
 
 
 def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None):
@@ -158,8 +231,14 @@ def host_gather(op: str, data: np.ndarray, run_positions, fill_value):
     flat = data.reshape(-1)
     out = flat[np.where(positions < 0, 0, positions)] if flat.size else \
         np.empty(positions.shape, data.dtype)
+    dtype = data.dtype
     if (positions < 0).any():
         if fill_value is None:
             fill_value = "" if data.dtype.kind in "USO" else 0  # "" is a string tensor's zero
-        out = np.where(positions < 0, np.asarray(fill_value, dtype=data.dtype), out)
-    return out.astype(data.dtype, copy=False)
+        fill = np.asarray(fill_value)
+        if data.dtype.kind in "US":  # a longer fill string widens the result, never cut
+            dtype = np.promote_types(data.dtype, fill.dtype)
+        else:
+            fill = np.asarray(fill_value, dtype=data.dtype)
+        out = np.where(positions < 0, fill, out)
+    return out.astype(dtype, copy=False)

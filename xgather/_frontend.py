@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import threading
 
+import jax
 import numpy as np
 
 from xgather import _apply, _dtypes, _modes
@@ -86,7 +87,8 @@ def cached(op):
 
 def versioned(spec: str, name: str, version, supported: tuple[int, ...], what: str) -> str:
     """``"onnx.Gather-13"``, or an error that lists the supported versions."""
-    if isinstance(version, bool) or version not in supported:
+    if isinstance(version, bool) or not isinstance(version, int | np.integer) or \
+            version not in supported:
         fail(f"{spec}.{name}", f"{what} must be one of {', '.join(map(str, supported))}",
              f"{what}={version!r}")
     return f"{spec}.{name}-{version}"
@@ -115,7 +117,9 @@ def shapes(data, indices, op: str | None = None) -> dict[str, tuple[int, ...]]:
     if op is not None:
         check_array(op, "data", data)
         check_array(op, "indices", indices)
-    return {"data": _dtypes.shape_of(data), "indices": _dtypes.shape_of(indices)}
+    where = op or "xgather"
+    return {"data": _dtypes.shape_of(data, where, "data"),
+            "indices": _dtypes.shape_of(indices, where, "indices")}
 
 
 def check_addressable(plan) -> None:
@@ -127,11 +131,27 @@ def check_addressable(plan) -> None:
              {"data": plan.data_shape, "indices": plan.indices_shape})
 
 
+def int_attr(op: str, name: str, value, sh=None) -> int:
+    """An integer attribute (a Python int or NumPy integer scalar, not a bool), as an int."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        fail(op, f"{name} must be an int", repr(value), sh)
+    return int(value)
+
+
 def negatives(op: str, negative_indices, sh) -> bool:
     """The ``negative_indices`` option: True (the spec's rule) or False (``[0, s-1]`` only)."""
     if not isinstance(negative_indices, bool | np.bool_):
         fail(op, "negative_indices must be a bool", repr(negative_indices), sh)
     return bool(negative_indices)
+
+
+def data_dtype(data) -> np.dtype:
+    """``data``'s dtype; for lists and scalars, the one JAX gives them (float32 without x64)."""
+    if hasattr(data, "dtype"):
+        return np.dtype(data.dtype)
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.asarray(data).dtype))
 
 
 def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error",
@@ -143,6 +163,11 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
     check_addressable(plan)
     sh = shapes(data, indices)
     mode = _modes.resolve(plan.op, mode, spec_default)
+    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
+    for name, flag in (("indices_are_sorted", indices_are_sorted),
+                       ("unique_indices", unique_indices)):
+        if not isinstance(flag, bool | np.bool_):  # promises to XLA: no truthy guesses
+            fail(plan.op, f"{name} must be a bool", repr(flag), sh)
     # Indices beyond int32 (x64 off) are saturated; "error" reports them as given first.
     check = functools.partial(_modes.host_check, plan) if mode == "error" else None
     idx = _dtypes.index_array(plan.op, indices, allowed, sh, check)
@@ -151,7 +176,7 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
         _pending.key = None  # the signature is settled here, for this call alone
         _dtypes.check_data(plan.op, data, sh)
         hints = (bool(indices_are_sorted), bool(unique_indices))
-        gather = _apply.concrete_runner(plan, mode, _apply.scalar(fill_value), hints, grad, idx)
+        gather = _apply.concrete_runner(plan, mode, fill_value, hints, grad, idx)
         runner = gather
         if isinstance(indices, np.ndarray):
             def runner(data, indices):

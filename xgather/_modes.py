@@ -60,8 +60,12 @@ def _env_default() -> str | None:
     return value
 
 
-_default: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "xgather_default_mode", default=_env_default())  # noqa: B039 (a str or None)
+# set_default_mode sets the process's default (every thread sees it); default_mode
+# overrides it in the current context (thread, task) for a block.
+_process_default: str | None = _env_default()
+_UNSET = object()
+_default: contextvars.ContextVar = contextvars.ContextVar(
+    "xgather_default_mode", default=_UNSET)  # noqa: B039 (a sentinel, never mutated)
 
 
 def set_default_mode(mode: Mode | None) -> None:
@@ -70,14 +74,16 @@ def set_default_mode(mode: Mode | None) -> None:
     ``None`` restores the spec's rule (``"error"``). The environment variable
     ``XGATHER_MODE`` sets the same default at import.
     """
+    global _process_default
     if mode is not None:
         choice("xgather.set_default_mode", "mode", mode, MODES)
-    _default.set(mode)
+    _process_default = mode
 
 
 @contextlib.contextmanager
 def default_mode(mode: Mode | None):
-    """Context manager form of :func:`set_default_mode` (restored on exit).
+    """Context manager form of :func:`set_default_mode` (restored on exit), for the
+    current thread (or asyncio task) only; it overrides the process's default there.
 
     The mode is read when an op is traced: a function already jitted keeps
     the mode it was traced with.
@@ -92,14 +98,16 @@ def default_mode(mode: Mode | None):
 
 
 def current_default() -> str | None:
-    """The process-wide default set by :func:`set_default_mode` (None: the spec's rule)."""
-    return _default.get()
+    """The default in force here: :func:`default_mode`'s, else the process's (None: the
+    spec's rule)."""
+    mode = _default.get()
+    return _process_default if mode is _UNSET else mode
 
 
 def resolve(op: str, mode: str | None, spec_default: str = "error") -> str:
     """The mode an op runs in: the caller's, else the process default, else the spec's."""
     if mode is None:
-        mode = (_default.get() or spec_default) if spec_default == "error" else spec_default
+        mode = (current_default() or spec_default) if spec_default == "error" else spec_default
     choice(op, "mode", mode, MODES)
     return mode
 

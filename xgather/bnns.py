@@ -13,7 +13,7 @@ import jax
 from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
-from xgather._frontend import call, shapes
+from xgather._frontend import call, int_attr, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -27,16 +27,16 @@ def _check(op, data, indices):
 
 def _gather_nd_plan(input, indices, batch_dimension_count: int = 0, **_):  # noqa: A002
     sh = _check("bnns.GatherND", input, indices)
-    return _plan.nd_plan("bnns.GatherND", sh["data"], sh["indices"], batch_dimension_count,
-                         negative=False)
+    b = int_attr("bnns.GatherND", "batch_dimension_count", batch_dimension_count, sh)
+    return _plan.nd_plan("bnns.GatherND", sh["data"], sh["indices"], b, negative=False)
 
 
 def _gather_plan(input, indices, axis: int, batch_dimension_count: int = 0, **_):  # noqa: A002
     op = "bnns.Gather"
     sh = _check(op, input, indices)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _plan.take_plan(op, sh["data"], sh["indices"], ax, batch_dimension_count,
-                           negative=False)
+    b = int_attr(op, "batch_dimension_count", batch_dimension_count, sh)
+    return _plan.take_plan(op, sh["data"], sh["indices"], ax, b, negative=False)
 
 
 def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002

@@ -17,9 +17,11 @@ they show in the lowered program, in profiles, and in ``xgather.explain``.
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
+from xgather._errors import fail
 from xgather._frontend import call, negatives, shapes
 from xgather._modes import Mode
 
@@ -28,6 +30,12 @@ INDEX_DTYPES = _dtypes.INT32_INDICES
 
 def _label(name, specified_outputs_name) -> str:
     op = "labview.Gather"
+    outs = specified_outputs_name
+    if name is not None and not isinstance(name, str):
+        fail(op, "name must be a str", repr(name))
+    if outs is not None and not (isinstance(outs, str) or (
+            isinstance(outs, list | tuple) and all(isinstance(o, str) for o in outs))):
+        fail(op, "specified_outputs_name must be a str or a list of str", repr(outs))
     if name:
         op += f"[{name}]"
     if specified_outputs_name:
@@ -74,5 +82,10 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
     plan = _gather_plan(data, indices, axis, name=name,
                         specified_outputs_name=specified_outputs_name,
                         negative_indices=negative_indices)
+    if not isinstance(training, bool | np.bool_):
+        fail(plan.op, "training must be a bool (known when tracing)", repr(training))
+    if isinstance(lda_coeff, bool | np.bool_) or not isinstance(lda_coeff, int | float | np.integer
+                                                                | np.floating):
+        fail(plan.op, "lda_coeff must be a real number (known when tracing)", repr(lda_coeff))
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
                 grad=(bool(training), float(lda_coeff)))

@@ -29,7 +29,7 @@ from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import call, negatives, shapes
+from xgather._frontend import call, int_attr, negatives, shapes
 from xgather._jaxonnxruntime import register_jaxonnxruntime  # noqa: F401 (re-exported)
 from xgather._modes import Mode
 from xgather._onnx_nodes import VERSIONS, resolve
@@ -75,6 +75,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
     op, version = resolve("GatherND", opset)
     sh = shapes(data, indices, op)
     _check_types(op, version, data, indices, sh)
+    batch_dims = int_attr(op, "batch_dims", batch_dims, sh)
     if version == 11 and batch_dims != 0:
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
     return _at(_plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,

@@ -42,7 +42,7 @@ from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
 from xgather._errors import fail
-from xgather._frontend import call, negatives, shapes, versioned
+from xgather._frontend import call, int_attr, negatives, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_VERSIONS = (1, 7, 8)
@@ -96,6 +96,7 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
     op = versioned("openvino", "GatherND", version, GATHER_ND_VERSIONS, "version")
     sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
+    batch_dims = int_attr(op, "batch_dims", batch_dims, sh)
     return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
                          negatives(op, negative_indices, sh), fold_batch=version == 5)
 
