@@ -178,6 +178,12 @@ def test_from_node_under_grad():
     assert_same(g, ref.scatter_add_take((3,), idx, np.ones(3, np.float32)))
 
 
+def _twice(nd, name, value):
+    """``nd`` with attribute ``name`` repeated (a NodeProto allows it; onnx.checker not)."""
+    nd.attribute.extend([helper.make_attribute(name, value)])
+    return nd
+
+
 BAD_NODES = [
     ("unserved-op", node("Scatter"), 13, {},
      r"^xgather\.onnx\.from_node: op_type must be one of Gather, GatherND, GatherElements; "
@@ -212,6 +218,8 @@ BAD_NODES = [
      r"^onnx\.Gather: opset must be an int \(the model's opset_import version\); got '21'$"),
     ("not-a-node", "Gather", 13, {},
      r"^xgather\.onnx\.from_node: node must be an onnx\.NodeProto; got str$"),
+    ("axis-twice", _twice(node("Gather", axis=1), "axis", 0), 13, {},
+     r"^onnx\.Gather-13: each attribute may appear once; got axis 2 times$"),
 ]
 
 

@@ -81,7 +81,9 @@ def test_ir_layer_versions_follow_the_opset():
                                  ("Gather", "opset8", 8), ("Gather", "opset13", 8),
                                  ("GatherND", "opset5", 5), ("GatherND", "opset8", 8),
                                  ("GatherElements", "opset6", 6)]:
-        assert ov.from_ir_layer(f'<layer type="{kind}" version="{opset}"/>').version == version
+        data = '<data axis="0"/>' if kind == "GatherElements" else ""  # its axis is required
+        layer = f'<layer type="{kind}" version="{opset}">{data}</layer>'
+        assert ov.from_ir_layer(layer).version == version
     with pytest.raises(xgather.XGatherError, match="GatherND exists from opset5"):
         ov.from_ir_layer('<layer type="GatherND" version="opset4"/>')
     with pytest.raises(xgather.XGatherError, match="layer type must be one of"):
@@ -319,3 +321,41 @@ def test_index_types_as_the_runtime_takes_them(itype):
     assert_same(ov.gather(data, idx, 1), ov_oracle.run("Gather", 8, data, idx, axis=1))
     pos = idx[:, :2, None] % 2
     assert_same(ov.gather_nd(data, pos), ov_oracle.run("GatherND", 8, data, pos))
+
+
+BAD_IR = [
+    ("not-xml", "<layer", r"^openvino\.from_ir_layer: layer must be well-formed XML"),
+    ("not-a-layer", None, r"^openvino\.from_ir_layer: layer must be XML text or an "
+                          r"xml\.etree\.ElementTree\.Element; got NoneType"),
+    ("unknown-attribute", '<layer type="Gather" version="opset8"><data foo="1"/></layer>',
+     r"^openvino\.Gather-8: unknown attribute in <data>; the layer takes batch_dims; got 'foo'"),
+    ("axis-on-gather", '<layer type="Gather" version="opset8"><data axis="1"/></layer>',
+     r"got 'axis'"),
+    ("batch-dims-on-gather-1", '<layer type="Gather" version="opset1"><data batch_dims="0"/>'
+                               '</layer>', r"^openvino\.Gather-1: .*the layer takes none"),
+    ("batch-dims-on-elements", '<layer type="GatherElements" version="opset6">'
+                               '<data axis="0" batch_dims="0"/></layer>', r"got 'batch_dims'"),
+    ("elements-without-axis", '<layer type="GatherElements" version="opset6"/>',
+     r"^openvino\.GatherElements-6: the <data> attribute axis is required"),
+    ("attribute-not-int", '<layer type="GatherND" version="opset8"><data batch_dims="1.0"/>'
+                          '</layer>', r"^openvino\.GatherND-8: attribute batch_dims must be an "
+                                      r"integer; got '1\.0'"),
+    ("dim-not-int", '<layer type="GatherND" version="opset8"><input><port id="0"><dim>a</dim>'
+                    '</port></input></layer>', r"a port's <dim> must be an integer; got 'a'"),
+    ("two-outputs", '<layer type="GatherND" version="opset8"><output><port id="2"/>'
+                    '<port id="3"/></output></layer>',
+     r"^openvino\.GatherND-8: a gather layer has one output port; got 2 ports"),
+]
+
+
+@pytest.mark.parametrize("layer, pattern", [pytest.param(*b[1:], id=b[0]) for b in BAD_IR])
+def test_bad_ir_layers_are_errors(layer, pattern):
+    with pytest.raises(xgather.XGatherError, match=pattern):
+        ov.from_ir_layer(layer)
+
+
+def test_ir_layer_without_axis_input_refuses_one():
+    layer = ov.from_ir_layer('<layer type="GatherND" version="opset8"/>')
+    with pytest.raises(xgather.XGatherError, match=r"^openvino\.GatherND-8: only a Gather "
+                                                   r"layer takes an axis input \(port 2\); got 1"):
+        layer(np.zeros((2, 3), np.float32), np.zeros((1, 1), np.int64), 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ from jax import lax
 from jax.experimental import checkify
 
 from xgather import _dtypes, _grad, _modes, _plan
-from xgather._errors import OutOfBoundsError, fail
+from xgather._errors import OutOfBoundsError, XGatherTypeError, fail
 from xgather._plan import Plan
 
 
@@ -345,5 +346,13 @@ def explain(op, *args, **kwargs) -> Plan:
     """
     planner = getattr(op, "__xgather_plan__", None)
     if planner is None:
-        raise TypeError(f"xgather.explain: {getattr(op, '__name__', op)!r} is not an xgather op")
+        raise XGatherTypeError(f"xgather.explain: {getattr(op, '__name__', op)!r} is not an "
+                               "xgather op")
+    try:  # the arguments the op itself would take, no more (the planner ignores call options)
+        inspect.signature(op).bind(*args, **kwargs)
+    except TypeError as e:
+        raise XGatherTypeError(f"xgather.explain: {getattr(op, '__name__', op)}: {e}") from None
+    if kwargs.get("mode") is not None:
+        _modes.choice(f"xgather.explain({getattr(op, '__name__', op)})", "mode", kwargs["mode"],
+                      _modes.MODES)
     return planner(*args, **kwargs)

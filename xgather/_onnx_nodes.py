@@ -74,7 +74,10 @@ def check_attributes(op_type: str, opset: int, names) -> None:
     """Every attribute name known to ``op_type`` at model ``opset``, else an error naming it."""
     known = ATTRIBUTES[op_type]
     op, _ = resolve(op_type, opset)
+    names = list(names)
     for name in names:
+        if names.count(name) > 1:  # a NodeProto can repeat one (onnx.checker rejects it)
+            fail(op, "each attribute may appear once", f"{name} {names.count(name)} times")
         if name not in known:
             fail(op, f"unknown attribute; {op_type} takes only {', '.join(known)}", repr(name))
         if opset < known[name][1]:

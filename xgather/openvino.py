@@ -211,6 +211,8 @@ class IRLayer:
         for port, x in enumerate((data, indices)):
             self._check_dims(f"input port {port}", self.inputs[port] if port < len(self.inputs)
                              else None, _dtypes.shape_of(x))
+        if self.type != "Gather" and axis is not None:
+            fail(self.op, "only a Gather layer takes an axis input (port 2)", repr(axis))
         if self.type == "Gather":
             if axis is None:
                 fail(self.op, "the axis input (port 2) must be given: the IR holds it in a "
@@ -252,8 +254,22 @@ class IRLayer:
         return ET.tostring(layer, encoding="unicode")
 
 
-def _dims(port) -> tuple[int | None, ...]:
-    return tuple(None if int(d.text) < 0 else int(d.text) for d in port.findall("dim"))
+def _ir_int(op: str, what: str, text) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        fail(op, f"{what} must be an integer", repr(text))
+
+
+def _dims(op: str, port) -> tuple[int | None, ...]:
+    dims = (_ir_int(op, "a port's <dim>", d.text) for d in port.findall("dim"))
+    return tuple(None if d < 0 else d for d in dims)
+
+
+#: The attributes of each IR layer's <data> element, by op version (None: required).
+_IR_ATTRS = {("Gather", 1): {}, ("Gather", 7): {"batch_dims": 0}, ("Gather", 8): {"batch_dims": 0},
+             ("GatherND", 5): {"batch_dims": 0}, ("GatherND", 8): {"batch_dims": 0},
+             ("GatherElements", 6): {"axis": None}}
 
 
 def from_ir_layer(layer) -> IRLayer:
@@ -263,8 +279,15 @@ def from_ir_layer(layer) -> IRLayer:
     in opset7, Gather-8 from opset8; GatherND-5 up to opset7, GatherND-8 from
     opset8; GatherElements-6 from opset6.
     """
+    where = "openvino.from_ir_layer"
     if isinstance(layer, str | bytes):
-        layer = ET.fromstring(layer)
+        try:
+            layer = ET.fromstring(layer)
+        except ET.ParseError as e:
+            fail(where, "layer must be well-formed XML", str(e))
+    if not isinstance(layer, ET.Element):
+        fail(where, "layer must be XML text or an xml.etree.ElementTree.Element",
+             type(layer).__name__)
     kind, opset = layer.get("type"), layer.get("version", "")
     if kind not in _IR_OPS:
         fail("openvino.from_ir_layer", f"layer type must be one of {', '.join(_IR_OPS)}",
@@ -276,10 +299,21 @@ def from_ir_layer(layer) -> IRLayer:
     versions = [v for v in _IR_OPS[kind] if v <= n]
     if not versions:
         fail(f"openvino.{kind}", f"{kind} exists from opset{_IR_OPS[kind][0]} on", opset)
+    op = f"openvino.{kind}-{versions[-1]}"
+    known = _IR_ATTRS[(kind, versions[-1])]
     data = layer.find("data")
-    attrs = tuple(sorted((k, int(v)) for k, v in (data.attrib.items() if data is not None
-                                                     else ()) if k in ("batch_dims", "axis")))
-    inputs = tuple(_dims(p) for p in layer.findall("input/port"))
+    given = dict(data.attrib) if data is not None else {}
+    for name in given:
+        if name not in known:
+            fail(op, "unknown attribute in <data>; the layer takes "
+                 + (", ".join(known) or "none"), repr(name))
+    for name, default in known.items():
+        if default is None and name not in given:
+            fail(op, f"the <data> attribute {name} is required", None)
+    attrs = tuple(sorted((k, _ir_int(op, f"attribute {k}", v)) for k, v in given.items()))
+    inputs = tuple(_dims(op, p) for p in layer.findall("input/port"))
     outs = layer.findall("output/port")
-    return IRLayer(kind, versions[-1], opset, attrs, inputs, _dims(outs[0]) if outs else None,
-                   layer.get("name"))
+    if len(outs) > 1:
+        fail(op, "a gather layer has one output port", f"{len(outs)} ports")
+    return IRLayer(kind, versions[-1], opset, attrs, inputs,
+                   _dims(op, outs[0]) if outs else None, layer.get("name"))
