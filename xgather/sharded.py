@@ -20,6 +20,7 @@ communication, which for a row-sharded table may mean gathering it whole.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 
 import jax
 import jax.numpy as jnp
@@ -29,8 +30,8 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _modes, _plan
-from xgather._errors import fail
-from xgather._frontend import check_addressable, shapes
+from xgather._errors import XGatherTypeError, fail
+from xgather._frontend import check_addressable, data_dtype, shapes
 from xgather._modes import Mode
 
 
@@ -38,9 +39,11 @@ def _gather_plan(data, indices, mesh: Mesh, rows: str, batch: str | None = None,
     op = "sharded.Gather"
     sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, _dtypes.INT32_INDICES, sh)
-    if rows not in mesh.shape:
+    if not isinstance(mesh, Mesh):
+        fail(op, "mesh must be a jax.sharding.Mesh", type(mesh).__qualname__, sh)
+    if not isinstance(rows, Hashable) or rows not in mesh.shape:
         fail(op, f"rows must name an axis of the mesh {dict(mesh.shape)}", repr(rows), sh)
-    if batch is not None and batch not in mesh.shape:
+    if batch is not None and (not isinstance(batch, Hashable) or batch not in mesh.shape):
         fail(op, f"batch must name an axis of the mesh {dict(mesh.shape)} or be None",
              repr(batch), sh)
     n = mesh.shape[rows]
@@ -60,9 +63,11 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
 
     Args:
       data: array of shape ``(n, d...)``, sharded (or to be sharded) as
-        ``P(rows)`` over ``mesh``; ``n`` a multiple of ``mesh.shape[rows]``.
+        ``P(rows)`` over ``mesh``; ``n`` a multiple of ``mesh.shape[rows]``. Its
+        dtype must live on the devices: no strings, and 64-bit NumPy data only
+        with ``jax_enable_x64`` (an error otherwise, not a cut to 32 bits).
       indices: int32/int64 array of shape ``(q...)``, entries in ``[-n, n-1]``.
-      mesh: the device mesh.
+      mesh: the device mesh (a ``jax.sharding.Mesh``, Auto or Explicit axes).
       rows: the mesh axis the rows of ``data`` are spread over.
       batch: the mesh axis ``indices`` are split over along their first
         dimension, or None (replicated). It may equal ``rows``.
@@ -73,12 +78,32 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
     """
     plan = _gather_plan(data, indices, mesh, rows, batch)
     check_addressable(plan)
+    _check_device_data(plan, data)
     mode = _modes.resolve(plan.op, mode)
+    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data),
+                                     shapes(data, indices))
     check = functools.partial(_modes.host_check, plan) if mode == "error" else None
     idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices),
                               check)
     mode = _apply.check_now_or_later(plan, mode, idx)
     return _sharded(plan, mesh, rows, batch, mode, fill_value)(data, idx)
+
+
+def _check_device_data(plan, data) -> None:
+    """Data this path can keep on the devices: the plain ops' host path (strings; 64-bit
+    NumPy data while x64 is off) would assemble the whole table on the host."""
+    if not _dtypes.needs_host(data):
+        return
+    sh = {"data": plan.data_shape, "indices": plan.indices_shape}
+    name = _dtypes.data_type(data)
+    if name == "string":
+        rule = "string data cannot be sharded over devices (JAX holds no strings)"
+    elif name in ("int64", "uint64", "float64", "complex128"):
+        rule = ("64-bit data needs jax_enable_x64 on this path (it keeps data on the devices); "
+                "with x64 off JAX would cut it to 32 bits: enable x64 or convert the data")
+    else:
+        rule = "data must have a dtype JAX can hold on the devices"
+    fail(plan.op, rule, name, sh, kind=XGatherTypeError)
 
 
 def _sharded(plan, mesh, rows, batch, mode, fill_value):
@@ -107,6 +132,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
 
     data_sharding = NamedSharding(mesh, P(rows, *tail))
     idx_sharding = NamedSharding(mesh, spec_i)
+    replicated = NamedSharding(mesh, P())
     explicit = any(t == AxisType.Explicit for t in mesh.axis_types)
 
     def place(x, sharding):
@@ -117,7 +143,12 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
     def run(data, indices):
         with jax.named_scope(plan.op):
             data, indices = place(data, data_sharding), place(indices, idx_sharding)
-            _, idx = _apply.prepare(plan, mode, indices)  # check (global), wrap negatives
+            # Wrap negatives. The check ("error") is emitted after the collective step:
+            # checkify threads the error state of every check before a shard_map through
+            # it and out again with one entry per device, which the report then cannot
+            # read from explicitly sharded arrays (and a later check cannot update).
+            _, idx = _apply.prepare(plan, "promise_in_bounds" if mode == "error" else mode,
+                                    indices)
             if mode == "clip":
                 idx = jnp.clip(idx, 0, n_rows - 1)
             out = body(data, idx)
@@ -125,6 +156,10 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
                 ok = (idx >= 0) & (idx < n_rows)
                 fill = jnp.asarray(0 if fill_value is None else fill_value, out.dtype)
                 out = jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - q)), out, fill)
+            if mode == "error":
+                # The report indexes the indices: on an Explicit mesh, a replicated copy.
+                checked = place(indices, replicated) if explicit else indices
+                _modes.check(plan, _modes.widen(checked))
             return out
 
     return jax.jit(run)
