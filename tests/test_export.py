@@ -606,3 +606,13 @@ def test_readme_export_example_runs():
     exec(compile(block, "README-export", "exec"), ns)
     assert [n.op_type for n in ns["model"].graph.node] == ["Gather"]
     np.testing.assert_array_equal(ns["out"], reference.gather(ns["table"], ns["ids"], 0))
+
+
+@pytest.mark.parametrize("opset", [11, 12, None, "21", True])
+def test_model_opsets_before_13_are_an_error(opset):
+    """Below 13 xgather's nodes would be invalid (GatherND batch_dims, bfloat16): refused."""
+    pattern = (r"^xgather\.export\.to_onnx: opset must be an int, 13 or later .*; "
+               rf"got {re.escape(repr(opset))}")
+    with pytest.raises(xgather.XGatherError, match=pattern):
+        xgather.export.to_onnx(P(xgather.onnx.gather, axis=0), [DATA_X, np.zeros(2, IDX)],
+                               opset=opset)

@@ -66,6 +66,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from xgather import _apply, _dtypes, _modes
+from xgather._errors import fail
 
 #: The opsets the tests export at.
 TESTED_OPSETS = (17, 18, 19, 20, 21)
@@ -516,7 +517,7 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
       inputs: one ``jax.ShapeDtypeStruct`` (or array, or shape tuple) per argument of
         ``fn``. 64-bit inputs export as 32-bit ones unless ``jax_enable_x64`` is on
         and ``enable_double_precision=True`` is passed (which makes float32 float64 too).
-      opset: the model's ONNX opset; 17 to 21 are tested.
+      opset: the model's ONNX opset, 13 or later; 17 to 21 are tested.
       **kwargs: passed to ``jax2onnx.to_onnx`` (``model_name``, ``return_mode``, ...).
 
     Returns:
@@ -529,7 +530,14 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
     >>> [n.op_type for n in model.graph.node]                         # doctest: +SKIP
     ['Gather']
     """
+    if isinstance(opset, bool) or not isinstance(opset, int) or opset < _MIN_OPSET:
+        fail("xgather.export.to_onnx", f"opset must be an int, {_MIN_OPSET} or later (the nodes "
+             "xgather writes need GatherElements (11), GatherND's batch_dims (12) and "
+             "bfloat16 (13); 17 to 21 are tested)", repr(opset))
     register_jax2onnx()
     import jax2onnx
 
     return jax2onnx.to_onnx(fn, inputs, opset=opset, **kwargs)
+
+
+_MIN_OPSET = 13
