@@ -25,7 +25,7 @@ import xgather
 from tests import ort_oracle
 from tests import reference as ref
 from tests.helpers import assert_same, check_everywhere
-from xgather import OutOfBoundsError, XGatherError
+from xgather import OutOfBoundsError, XGatherError, XGatherTypeError
 
 ort = pytest.importorskip("onnxruntime")
 X64 = bool(jax.config.jax_enable_x64)
@@ -395,6 +395,21 @@ def test_reference_ops_raise_out_of_range(op_type, attrs, idx):
         ReferenceEvaluator(model, new_ops=xgather.onnx.reference_ops()).run(None, feeds)
     with pytest.raises(Exception, match=r"(?i)out of (data )?(bounds|range)|invalid index"):
         _onnxruntime(model, feeds)  # onnxruntime rejects them too
+
+
+def test_reference_ops_raise_xgather_type_errors_with_their_message():
+    """onnx's OpRun.run rewraps TypeErrors; xgather's own errors come through as raised."""
+    model = _model("Gather", np.float32, 13, axis=0)
+    feeds = {"data": np.zeros((2, 3), np.float32), "indices": np.array([0.5])}
+    with pytest.raises(XGatherTypeError, match=r"^onnx\.Gather-13: indices must be int32 or "
+                                               r"int64; got float64"):
+        ReferenceEvaluator(model, new_ops=xgather.onnx.reference_ops()).run(None, feeds)
+    feeds["indices"] = np.array([7])
+    sess = ReferenceEvaluator(model, new_ops=xgather.onnx.reference_ops(mode="fill",
+                                                                        fill_value="x"))
+    with pytest.raises(XGatherTypeError, match=r"^onnx\.Gather-13: fill_value for float32 data "
+                                               r"must be a number; got 'x'"):
+        sess.run(None, feeds)
 
 
 def test_reference_ops_take_options():

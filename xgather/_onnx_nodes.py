@@ -192,6 +192,16 @@ def _base():
             check_attributes(onnx_node.op_type, self.opset,
                              [a.name for a in onnx_node.attribute])
 
+        def run(self, *args, **kwargs):
+            # OpRun.run turns any TypeError of _run (XGatherTypeError is one) into its own
+            # "Issues with types" TypeError: raise xgather's error, with its message, instead.
+            try:
+                return super().run(*args, **kwargs)
+            except TypeError as e:
+                if isinstance(e.__cause__, XGatherError):
+                    raise e.__cause__ from None
+                raise
+
         def _run(self, data, indices, **attrs):
             # The evaluator passes every attribute (the node's, its schema's
             # defaults, function-linked ones resolved): one int here.
