@@ -225,6 +225,13 @@ BAD_VALUES = [
      XGatherError, r"^openvino\.GatherND-8: batch_dims must be an int; got '1'"),
     ("openvino-version-float", lambda: OV.gather(DI, [0], 0, version=8.0), XGatherError,
      r"^openvino\.Gather: version must be one of 1, 7, 8; got version=8\.0"),
+    ("openvino-1-batch-dims-str", lambda: OV.gather(DI, [0], 0, "x", version=1), XGatherError,
+     r"^openvino\.Gather-1: batch_dims must be an int; got 'x'"),
+    ("checked-not-callable", lambda: xgather.checked(5), XGatherTypeError,
+     r"^xgather\.checked: fn must be a callable \(a function of arrays\); got int"),
+    ("host-path-under-jit", lambda: jax.jit(lambda i: G(np.array(["a", "b"]), i))(np.array([0])),
+     XGatherTypeError, r"^onnx\.Gather-13: string data, and 64-bit data while jax_enable_x64 is "
+                       r"off, take the host path, which cannot run under a JAX transformation"),
     ("labview-training-str", lambda: LV(D, [0], training="False"), XGatherError,
      r"^labview\.Gather: training must be a bool \(known when tracing\); got 'False'"),
     ("labview-lda-str", lambda: LV(D, [0], lda_coeff="2"), XGatherError,

@@ -161,7 +161,7 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
             fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, "
                  "take the host path, which cannot run under a JAX transformation",
                  str(data.dtype), {"data": plan.data_shape, "indices": plan.indices_shape},
-                 kind=TypeError)
+                 kind=XGatherTypeError)
         return _dtypes.host_gather(
             plan.op, data,
             lambda iota, fill: run(plan, iota, indices, mode, fill, indices_are_sorted=False,
@@ -287,6 +287,9 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     runs again with the full report, which the error shows (see
     :func:`xgather._modes.check_style`).
     """
+    if not callable(fn):
+        fail("xgather.checked", "fn must be a callable (a function of arrays)",
+             type(fn).__name__, kind=XGatherTypeError)
     jit_kw = dict(static_argnums=static_argnums, static_argnames=static_argnames)
     checkified = checkify.checkify(fn, errors=checkify.user_checks)
     full = jax.jit(checkified, **jit_kw)

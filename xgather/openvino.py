@@ -76,10 +76,9 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     r, q = len(sh["data"]), len(sh["indices"])
     ax = _plan.normalize_axis(op, static_axis(op, axis, sh), r, sh)
+    batch_dims = int_attr(op, "batch_dims", batch_dims, sh)
     if version == 1 and batch_dims != 0:
         fail(op, "batch_dims exists from version 7 on", f"batch_dims={batch_dims}", sh)
-    if isinstance(batch_dims, bool) or not isinstance(batch_dims, int):
-        fail(op, "batch_dims must be an int", repr(batch_dims), sh)
     # The runtime's rule, not the spec text's: normalise by indices.ndim, then check the range.
     lim = min(r, q)
     b = batch_dims + q if batch_dims < 0 else batch_dims
