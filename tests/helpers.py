@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
 
@@ -63,3 +68,15 @@ def gather_node_test_case(backend, module_name: str):
         if name.removesuffix("_cpu") not in GATHER_NODE_TESTS or not name.endswith("_cpu"):
             delattr(case, name)
     return case
+
+
+def rerun_with_x64(test_file: str, select: str) -> None:
+    """Run the tests of ``test_file`` that ``-k select`` picks in a fresh Python with
+    ``JAX_ENABLE_X64=1`` (the flag must be set before JAX starts); assert they pass."""
+    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts=", test_file, "-k", select],
+                          capture_output=True, text=True, env=env, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]

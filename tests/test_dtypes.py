@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -15,6 +12,7 @@ import pytest
 
 import xgather
 from tests import reference as ref
+from tests.helpers import rerun_with_x64
 
 X64 = bool(jax.config.jax_enable_x64)
 WIDE = {"int64", "uint64", "float64", "complex128"}
@@ -226,13 +224,7 @@ def test_unsigned_constant_indices_with_the_top_bit_set(mode):
 @pytest.mark.subprocess
 @pytest.mark.skipif(X64, reason="already the x64 run")
 def test_table_with_x64_on():
-    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", __file__, "-k", "not x64_on"],
-                          capture_output=True, text=True, env=env, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout
+    rerun_with_x64(__file__, "not x64_on")
 
 
 

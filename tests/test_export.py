@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -21,6 +18,7 @@ import onnx  # noqa: E402
 import xgather  # noqa: E402
 import xgather.export  # noqa: E402
 from tests import reference  # noqa: E402
+from tests.helpers import rerun_with_x64  # noqa: E402
 
 # jax2onnx logs a warning for each of its plugin trees whose framework is absent.
 logging.getLogger("jax2onnx").setLevel(logging.ERROR)
@@ -501,14 +499,7 @@ def test_wide_indices_clip_and_fill_export(mode):
 @pytest.mark.subprocess
 @pytest.mark.skipif(X64, reason="already the x64 run")
 def test_error_default_with_x64_on():
-    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", __file__, "-k",
-                           "(error_default or wide_indices) and not x64_on"],
-                          capture_output=True, text=True, env=env, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout
+    rerun_with_x64(__file__, "(error_default or wide_indices) and not x64_on")
 
 
 def test_promise_in_bounds_exports_as_the_onnx_node():

@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import subprocess
-import sys
 import warnings
 
 import jax
@@ -24,7 +22,7 @@ from onnx.reference import ReferenceEvaluator
 import xgather
 from tests import ort_oracle
 from tests import reference as ref
-from tests.helpers import assert_same, check_everywhere
+from tests.helpers import assert_same, check_everywhere, rerun_with_x64
 from xgather import OutOfBoundsError, XGatherError, XGatherTypeError
 
 ort = pytest.importorskip("onnxruntime")
@@ -467,14 +465,7 @@ def test_reference_ops_inside_subgraphs(counted):
 @pytest.mark.subprocess
 @pytest.mark.skipif(X64, reason="already the x64 run")
 def test_reference_ops_with_x64_on():
-    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", __file__,
-                           "-k", "reference_ops and not x64_on"],
-                          capture_output=True, text=True, env=env, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout
+    rerun_with_x64(__file__, "reference_ops and not x64_on")
 
 
 # -- conformance edges ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import xgather
+from tests.helpers import rerun_with_x64
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,12 +72,7 @@ def test_sixty_four_bit_data_is_exact_or_an_error(data):
 @pytest.mark.subprocess
 @pytest.mark.skipif(X64, reason="already the x64 run")
 def test_sixty_four_bit_data_with_x64_on():
-    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", __file__, "-k", "exact_or_an_error"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]
+    rerun_with_x64(__file__, "exact_or_an_error")
 
 
 def test_string_data_is_an_error():
