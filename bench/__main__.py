@@ -215,6 +215,16 @@ def run(args) -> dict:
             fns, args.repeats, reps,
             on_round=lambda r, key=key, w=w, n=n: progress.note(
                 f"[{n}/{len(keys)}] {key} {w.title}: round {r}/{args.repeats}"))
+        pair = (rec.DEFAULT, rec.PROMISE)
+        check_samples = {}
+        if set(pair) <= set(fns) and len(set(fns) - {*pair, "lax"}) > 0:
+            # With peers in the run, the check cost comes from rounds of the pair alone:
+            # what other systems leave behind between the pair's two samples of a round
+            # (spinning threads, freed memory) does not cancel in their ratio.
+            check_samples = stats.interleaved(
+                {k: fns[k] for k in pair}, args.repeats, reps,
+                on_round=lambda r, key=key, w=w, n=n: progress.note(
+                    f"[{n}/{len(keys)}] {key} {w.title}: check-cost round {r}/{args.repeats}"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         moved = w.moved_bytes(size)
@@ -226,7 +236,9 @@ def run(args) -> dict:
                             "spread": stats.spread(samples[name]), "gbps": gbps,
                             "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
                             "first_call_s": first[name], "reps": reps[name],
-                            "allocator": args.allocator})
+                            "allocator": args.allocator,
+                            **({"check_samples_s": check_samples[name]}
+                               if name in check_samples else {})})
         del fns, data, idx  # a GPU's memory holds one workload's copies at a time
         progress.done(f"[{n}/{len(keys)}] {key} {w.title}: {len(set(samples))} systems, "
                       f"{args.repeats} rounds, {time.perf_counter() - t_workload:.1f} s")

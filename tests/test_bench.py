@@ -94,6 +94,16 @@ def test_check_cost_pairs_default_and_promise_of_the_same_workload_and_setting()
     assert w2["spread"] == pytest.approx((3.5 - 2.5) / 3.0)
 
 
+def test_check_cost_takes_the_rounds_of_the_pair_alone_where_the_run_has_them():
+    d, p = _res("W1", "xgather", [9.0, 9.0, 9.0]), _res("W1", "xgather[promise]", [1.0, 1.0, 1.0])
+    d["check_samples_s"], p["check_samples_s"] = [1.1, 2.4, 1.2], [1.0, 2.0, 1.0]
+    (c,) = record.check_costs([d, p])
+    assert (c["ratio"], c["rounds"], c["rounds_of"]) == (pytest.approx(1.2), 3, "the pair alone")
+    del d["check_samples_s"]  # only one of the two: the main rounds
+    (c,) = record.check_costs([d, p])
+    assert (c["ratio"], c["rounds_of"]) == (9.0, "every system")
+
+
 def test_schema_accepts_a_record_and_rejects_a_broken_one(tmp_path):
     rec = _record()
     rec["results"].append(_res("W1", "xgather[promise]", [1e-3, 5e-4], first=0.05))
@@ -218,6 +228,13 @@ def test_quick_run_end_to_end(tmp_path):
     ratios = [ln.split()[-1] for ln in medians.splitlines()[2:]]
     assert ratios == ["1.00"] * len(rec["results"])
     assert {c["workload"] for c in rec["check_cost"]} == set(default_keys("cpu"))
+    # Peers ran (numpy at least): the check cost comes from rounds of the pair alone.
+    assert {c["rounds_of"] for c in rec["check_cost"]} == {"the pair alone"}
+    assert all(len(r["check_samples_s"]) == 3 for r in rec["results"]
+               if r["system"] in ("xgather", "xgather[promise]"))
+    assert not any("check_samples_s" in r for r in rec["results"]
+                   if r["system"] not in ("xgather", "xgather[promise]"))
+    assert "(rounds of the pair alone)" in proc.stdout
     assert len(costs.splitlines()) == 2 + len(default_keys("cpu"))
     assert "check cost: xgather (the spec's default) / xgather[promise]" in proc.stdout
     pytest.importorskip("matplotlib")
