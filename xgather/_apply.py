@@ -137,24 +137,15 @@ def throw(err) -> None:
         raise OutOfBoundsError(msg)
 
 
-def scalar(fill_value):
-    """``fill_value`` as a Python scalar (hashable: it keys the jit cache)."""
-    if fill_value is None:
-        return None
-    if hasattr(fill_value, "item"):
-        fill_value = fill_value.item()
-    return fill_value
-
-
 def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
         indices_are_sorted: bool = False, unique_indices: bool = False, grad=None):
-    """Run ``plan`` on ``data`` and ``indices`` in ``mode``.
+    """Run ``plan`` on ``data`` and ``indices`` in ``mode``; ``fill_value`` a Python scalar
+    (as :func:`xgather._dtypes.fill_scalar` gives it: it keys the jit cache) or None.
 
     With ``"error"``, concrete indices are checked at once (see
     :func:`concrete_runner`); traced indices get a checkify check, and tracing
     stops with a clear error where nothing will functionalise that check.
     """
-    fill_value = scalar(fill_value)
     hints = (bool(indices_are_sorted), bool(unique_indices))
     if _dtypes.needs_host(data):
         if _dtypes.is_traced(indices):

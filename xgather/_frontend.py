@@ -154,23 +154,34 @@ def data_dtype(data) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(np.asarray(data).dtype))
 
 
+def settle(plan, data, indices, allowed, mode, fill_value, spec_default="error"):
+    """What every call settles before it runs: ``(shapes, mode, fill_value, check, indices)``.
+
+    The axes addressable, the mode resolved, ``fill_value`` checked against
+    ``data``'s dtype, and the indices converted (:func:`xgather._dtypes.index_array`);
+    ``check`` is the ``"error"`` mode's host check (None otherwise), which sees
+    indices beyond int32 as given before they are saturated.
+    """
+    check_addressable(plan)
+    sh = shapes(data, indices)
+    mode = _modes.resolve(plan.op, mode, spec_default)
+    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
+    check = functools.partial(_modes.host_check, plan) if mode == "error" else None
+    return sh, mode, fill_value, check, _dtypes.index_array(plan.op, indices, allowed, sh, check)
+
+
 def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error",
          indices_are_sorted=False, unique_indices=False, grad=None):
     """Every frontend's last step: indices checked and converted, mode resolved, plan run.
 
     On the first eager call of a signature the runner is also cached.
     """
-    check_addressable(plan)
-    sh = shapes(data, indices)
-    mode = _modes.resolve(plan.op, mode, spec_default)
-    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
+    sh, mode, fill_value, check, idx = settle(plan, data, indices, allowed, mode, fill_value,
+                                              spec_default)
     for name, flag in (("indices_are_sorted", indices_are_sorted),
                        ("unique_indices", unique_indices)):
         if not isinstance(flag, bool | np.bool_):  # promises to XLA: no truthy guesses
             fail(plan.op, f"{name} must be a bool", repr(flag), sh)
-    # Indices beyond int32 (x64 off) are saturated; "error" reports them as given first.
-    check = functools.partial(_modes.host_check, plan) if mode == "error" else None
-    idx = _dtypes.index_array(plan.op, indices, allowed, sh, check)
     key = getattr(_pending, "key", None)
     if key is not None and not _dtypes.needs_host(data):
         _pending.key = None  # the signature is settled here, for this call alone

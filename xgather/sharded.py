@@ -19,7 +19,6 @@ communication, which for a row-sharded table may mean gathering it whole.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 
 import jax
@@ -31,7 +30,7 @@ from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _modes, _plan
 from xgather._errors import XGatherTypeError, fail
-from xgather._frontend import check_addressable, data_dtype, shapes
+from xgather._frontend import settle, shapes
 from xgather._modes import Mode
 
 
@@ -77,14 +76,9 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
       Array of shape ``(q..., d...)``, sharded as ``P(batch)``.
     """
     plan = _gather_plan(data, indices, mesh, rows, batch)
-    check_addressable(plan)
     _check_device_data(plan, data)
-    mode = _modes.resolve(plan.op, mode)
-    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data),
-                                     shapes(data, indices))
-    check = functools.partial(_modes.host_check, plan) if mode == "error" else None
-    idx = _dtypes.index_array(plan.op, indices, _dtypes.INT32_INDICES, shapes(data, indices),
-                              check)
+    _, mode, fill_value, _, idx = settle(plan, data, indices, _dtypes.INT32_INDICES, mode,
+                                         fill_value)
     mode = _apply.check_now_or_later(plan, mode, idx)
     return _sharded(plan, mesh, rows, batch, mode, fill_value)(data, idx)
 
@@ -98,7 +92,7 @@ def _check_device_data(plan, data) -> None:
     name = _dtypes.data_type(data)
     if name == "string":
         rule = "string data cannot be sharded over devices (JAX holds no strings)"
-    elif name in ("int64", "uint64", "float64", "complex128"):
+    elif name in _dtypes._WIDE:
         rule = ("64-bit data needs jax_enable_x64 on this path (it keeps data on the devices); "
                 "with x64 off JAX would cut it to 32 bits: enable x64 or convert the data")
     else:
