@@ -202,29 +202,28 @@ def run(args) -> dict:
         warm_chosen = {"xgather", "lax"} & (chosen or {"xgather", "lax"})
         for fn in systems.build(w, *w.warmup_arrays(size), device, {}, warm_chosen).values():
             fn()
+        prefix = f"[{n}/{len(keys)}] {key} {w.title}: "  # of every progress line
         first = {}
         for name, fn in fns.items():
-            progress.note(f"[{n}/{len(keys)}] {key} {w.title}: first call of {name}")
+            progress.note(f"{prefix}first call of {name}")
             t0 = time.perf_counter()
             fn()
             first[name] = time.perf_counter() - t0
             fn()
         ref_system = "lax" if "lax" in fns else next(iter(fns))
         reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else 0.03)
-        samples = stats.interleaved(
-            fns, args.repeats, reps,
-            on_round=lambda r, key=key, w=w, n=n: progress.note(
-                f"[{n}/{len(keys)}] {key} {w.title}: round {r}/{args.repeats}"))
+        def rounds_note(what, prefix=prefix):
+            return lambda r: progress.note(f"{prefix}{what} {r}/{args.repeats}")
+
+        samples = stats.interleaved(fns, args.repeats, reps, on_round=rounds_note("round"))
         pair = (rec.DEFAULT, rec.PROMISE)
         check_samples = {}
         if set(pair) <= set(fns) and len(set(fns) - {*pair, "lax"}) > 0:
             # With peers in the run, the check cost comes from rounds of the pair alone:
             # what other systems leave behind between the pair's two samples of a round
             # (spinning threads, freed memory) does not cancel in their ratio.
-            check_samples = stats.interleaved(
-                {k: fns[k] for k in pair}, args.repeats, reps,
-                on_round=lambda r, key=key, w=w, n=n: progress.note(
-                    f"[{n}/{len(keys)}] {key} {w.title}: check-cost round {r}/{args.repeats}"))
+            check_samples = stats.interleaved({k: fns[k] for k in pair}, args.repeats, reps,
+                                              on_round=rounds_note("check-cost round"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         moved = w.moved_bytes(size)
@@ -240,7 +239,7 @@ def run(args) -> dict:
                             **({"check_samples_s": check_samples[name]}
                                if name in check_samples else {})})
         del fns, data, idx  # a GPU's memory holds one workload's copies at a time
-        progress.done(f"[{n}/{len(keys)}] {key} {w.title}: {len(set(samples))} systems, "
+        progress.done(f"{prefix}{len(set(samples))} systems, "
                       f"{args.repeats} rounds, {time.perf_counter() - t_workload:.1f} s")
     progress.close()
     return {
