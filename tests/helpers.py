@@ -13,6 +13,17 @@ import numpy as np
 import xgather
 
 
+def spec_path(name: str) -> Path:
+    """The spec text ``name`` of ``shared/specs``: beside the checkout (as CI has it) or
+    inside it (where only the checkout travels, as to the GPU machine: ``.ci/gpu``)."""
+    root = Path(__file__).resolve().parents[1]
+    for shared in (root.parent / "shared", root / "shared"):
+        if (shared / "specs" / name).is_file():
+            return shared / "specs" / name
+    raise FileNotFoundError(f"{name}: not in {root.parent / 'shared' / 'specs'} nor in "
+                            f"{root / 'shared' / 'specs'}; the spec tests read the texts there")
+
+
 def assert_same(got, want):
     got = np.asarray(got)
     assert got.shape == want.shape, (got.shape, want.shape)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import jax
 import ml_dtypes
@@ -12,7 +11,7 @@ import pytest
 
 import xgather
 from tests import reference as ref
-from tests.helpers import rerun_with_x64
+from tests.helpers import rerun_with_x64, spec_path
 
 X64 = bool(jax.config.jax_enable_x64)
 WIDE = {"int64", "uint64", "float64", "complex128"}
@@ -303,8 +302,7 @@ def test_onnx_data_types_per_version(op_type, version):
 
 
 def test_labview_data_types_as_the_block_lists_them():
-    text = (Path(__file__).resolve().parents[2] / "shared" / "specs" /
-            "labview-deep-learning-gather.txt").read_text()
+    text = spec_path("labview-deep-learning-gather.txt").read_text()
     listed = set(re.findall(r"tensor\((\w+)\)", re.search(r"T in \((.*?)\) :", text, re.S)[1]))
     assert {"bfloat16", "string", "complex128"} <= listed and "float8e4m3fn" not in listed
     for dtype in CANDIDATES:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -14,9 +13,9 @@ from hypothesis import strategies as st
 import xgather
 from tests import ov_oracle
 from tests import reference as ref
-from tests.helpers import assert_same, check_everywhere
+from tests.helpers import assert_same, check_everywhere, spec_path
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "specs" / "openvino-gather-7.md"
+SPEC = spec_path("openvino-gather-7.md")
 ov = xgather.openvino
 I = np.array  # noqa: E741
 
