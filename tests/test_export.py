@@ -433,6 +433,29 @@ def test_error_default_under_grad(op_id):
             _run_x(model, (DATA_X, np.asarray([0, -1, value, 1], IDX)))
 
 
+@pytest.mark.parametrize("op_id", ["onnx.gather", "labview.gather"])
+def test_float16_gradient_exports_summed_in_float32(op_id):
+    # The exported gradient sums in float32 and rounds once, as xgather._grad does.
+    fn = {"onnx.gather": P(xgather.onnx.gather, axis=0),
+          "labview.gather": P(xgather.labview.gather, axis=0, lda_coeff=-0.5)}[op_id]
+    scale = -0.5 if op_id == "labview.gather" else 1.0
+    rng = np.random.default_rng(3)
+    ok = rng.integers(-2, 2, 300).astype(IDX)  # DATA_X has 2 rows
+    cot = (rng.integers(64, 129, (300, 3, 4)) / 16).astype(np.float32)
+    data = DATA_X.astype(np.float16)
+
+    def grad(d, i):
+        return jax.grad(lambda dd: (fn(dd, i).astype(np.float32) * cot).sum())(d)
+
+    model = xgather.export.to_onnx(grad, [data, ok], opset=21, enable_double_precision=X64)
+    got = _run_x(model, (data, ok))
+    exact = reference.scatter_add_take(data.shape, ok, cot.astype(np.float64), 0, scale=scale)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, exact.astype(np.float16))
+    with pytest.raises(Exception, match=r"idx=2 must be within"):
+        _run_x(model, (data, np.where(np.arange(300) == 7, 2, ok).astype(IDX)))
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_error_default_labview_jvp(training):
     # lda coeff and training? shape the tangent in the export as in xgather.labview.

@@ -176,3 +176,75 @@ def test_hints_reach_the_lowering_and_keep_results():
                                                           unique_indices=True).sum())
                    ).lower(data).as_text()
     assert "unique_indices = true" not in text
+
+
+# -- 16-bit floats: the gradient sums in float32 and rounds once -------------------------------
+
+HALF = [jnp.bfloat16, jnp.float16]
+
+
+def _sixteenths(shape):
+    """Multiples of 1/16 in [-4, 4]: exact in bfloat16 and float16, and their sums in float32."""
+    return (RNG.integers(-64, 65, shape) / 16).astype(np.float64)
+
+
+def _sequential(shape, idx, cot, dtype):
+    """The scatter-add as a 16-bit accumulator does it: rounding after every addition."""
+    grad = np.zeros(shape, dtype)
+    for k, row in zip(idx, cot, strict=True):
+        grad[k] = (grad[k].astype(np.float32) + row.astype(np.float32)).astype(dtype)
+    return grad
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
+def test_half_precision_vjp_is_the_sum_rounded_once(op, gref, kw, shape, idx, dtype):
+    data = jnp.asarray(RNG.standard_normal(shape), dtype)
+    out, vjp = jax.vjp(lambda d: op(d, idx), data)
+    cot = _sixteenths(out.shape)
+    want = ref.vjp_data(gref, shape, cot, idx, **kw).astype(dtype)
+    got = vjp(jnp.asarray(cot, dtype))[0]
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got), want)
+    g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+    np.testing.assert_array_equal(np.asarray(g(data, idx, jnp.asarray(cot, dtype))), want)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bfloat16", "float16"])
+def test_half_precision_hot_rows(dtype):
+    # 512 lookups of 4 rows: 16-bit sums rounded after every addition are far off.
+    shape, n = (6, 8), 512
+    idx = RNG.integers(0, 4, n)
+    idx[:4] = [0, 1, 2, -3]
+    cot = _sixteenths((n, 8)) + 5  # same signs: the running sum grows past the 16-bit mantissa
+    resolved = np.where(idx < 0, idx + 6, idx)
+    exact = ref.scatter_add_take(shape, idx, cot, 0)
+    assert not np.array_equal(_sequential(shape, resolved, cot, dtype), exact.astype(dtype))
+    for op, scale in [(functools.partial(xgather.onnx.gather, axis=0), 1.0),
+                      (functools.partial(xgather.labview.gather, axis=0, lda_coeff=0.5), 0.5),
+                      (lambda d, i: xgather.onnx.gather_nd(d, i[:, None]), 1.0),
+                      (functools.partial(xgather.openvino.gather, axis=0), 1.0)]:
+        data = jnp.zeros(shape, dtype)
+        want = (exact * scale).astype(dtype)
+        grad = xgather.checked(jax.jit(jax.grad(
+            lambda d, i, op=op: (op(d, i).astype(jnp.float32) * cot).sum())))(data, idx)
+        assert grad.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(grad), want)
+        vg = jax.vmap(lambda d, c, op=op: jax.vjp(lambda x: op(x, idx), d)[1](c)[0])(
+            jnp.stack([data, data]), jnp.asarray(np.stack([cot, -cot]), dtype))
+        np.testing.assert_array_equal(np.asarray(vg), np.stack([want, -want]))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES[:6] + CASES[-1:])
+def test_half_precision_forward_mode_and_hessian(op, gref, kw, shape, idx, dtype):
+    data = jnp.asarray(_sixteenths(shape), dtype)
+    tangent = jnp.asarray(_sixteenths(shape), dtype)
+    out, t = jax.jvp(lambda d: op(d, idx), (data,), (tangent,))
+    assert out.dtype == t.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(out), gref(np.asarray(data), idx, **kw))
+    np.testing.assert_array_equal(np.asarray(t), gref(np.asarray(tangent), idx, **kw))
+    h = jax.hessian(lambda d: (op(d, idx).astype(jnp.float32) ** 2).sum())(data)
+    assert h.shape == data.shape * 2 and h.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(jax.jacfwd(lambda d: op(d, idx))(data)),
+                                  np.asarray(jax.jacrev(lambda d: op(d, idx))(data)))

@@ -146,3 +146,17 @@ def test_a_check_before_a_sharded_gather_is_the_documented_limit():
         assert "select cases must have the same shapes" in str(e)
     else:  # a JAX that lifted the limit: then the result must be right
         np.testing.assert_array_equal(np.asarray(out), 2 * table[idx])
+
+
+def test_bfloat16_gradient_sums_in_float32():
+    # 400 lookups of 3 rows: the sum rounds once to bfloat16, as on the single-device ops.
+    mesh = one_device_mesh()
+    rng = np.random.default_rng(1)
+    idx = rng.integers(-3, 3, 400).astype(np.int32)
+    cot = rng.integers(64, 129, (400, 4)) / 16  # same signs, multiples of 1/16: exact in float32
+    exact = np.zeros((3, 4))
+    np.add.at(exact, np.where(idx < 0, idx + 3, idx), cot)
+    grad = jax.grad(lambda d: (xgather.sharded.gather(d, idx, mesh, "x").astype(np.float32)
+                               * cot).sum())(jax.numpy.zeros((3, 4), jax.numpy.bfloat16))
+    assert grad.dtype == jax.numpy.bfloat16
+    np.testing.assert_array_equal(np.asarray(grad), exact.astype(jax.numpy.bfloat16))

@@ -78,14 +78,13 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, 
                 grad=None, flag: bool = False, speculate: bool | None = None):
     """The traced body of every op: prepare the indices, then gather.
 
-    ``grad`` is ``None`` (JAX's own derivative of ``lax.gather``) or a
-    ``(training, coeff)`` pair that reshapes the derivative (see :mod:`xgather._grad`).
+    ``grad`` is ``None`` (the derivative of ``lax.gather``, summed in float32 for
+    16-bit floats) or a ``(training, coeff)`` pair that reshapes it (see
+    :mod:`xgather._grad`).
     With ``flag``, returns ``(bad, out)`` (see :func:`prepare`, also for ``speculate``).
     """
     def gather(idx):
-        if grad is None:
-            return gather_prepared(plan, mode, fill_value, hints, data, idx)
-        return _grad.scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+        return _grad.gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
 
     bad, out = prepare(plan, mode, indices, flag, gather, speculate)
     return (bad, out) if flag else out

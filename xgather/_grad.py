@@ -1,11 +1,20 @@
-"""Gradients that a spec reshapes: LabVIEW's ``lda coeff`` and ``training?``.
+"""The derivative of every op: JAX's transpose of ``lax.gather``, except where a
+spec reshapes it or where the data's precision would not hold the sum.
 
-Every other op differentiates through ``lax.gather`` itself, whose transpose is
-a scatter-add in the same out-of-bounds mode. Here the derivative is defined
-with ``jax.custom_jvp`` (so forward mode, reverse mode and ``jax.hessian`` all
-work): the tangent of the output is ``coeff * gather(tangent of data)``, and
-JAX transposes that into ``coeff * scatter_add(cotangent)``. With
-``training=False`` the tangent is zero, so no gradient reaches ``data``.
+JAX transposes a gather into a scatter-add in the same out-of-bounds mode. Two
+cases take a derivative defined here with ``jax.custom_jvp`` instead (so forward
+mode, reverse mode and ``jax.hessian`` all work):
+
+- LabVIEW's ``lda coeff`` and ``training?``: the tangent of the output is
+  ``coeff * gather(tangent of data)``, which JAX transposes into
+  ``coeff * scatter_add(cotangent)``. With ``training=False`` the tangent is
+  zero, so no gradient reaches ``data``.
+- Floating data narrower than float32 (bfloat16, float16): the tangent is
+  gathered in float32 and rounded once, so that the gradient's scatter-add sums
+  in float32 and rounds each row's sum once (as torch's embedding backward
+  does), instead of rounding after every addition. A bfloat16 row that 256
+  lookups hit was off by about 7% the other way. The forward values (output and
+  tangent) are the same either way.
 """
 
 from __future__ import annotations
@@ -14,23 +23,51 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+
+def accumulation(dtype) -> np.dtype | None:
+    """The dtype a gradient of ``dtype`` data sums in, where it is not ``dtype`` itself."""
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
+        return np.dtype(np.float32)
+    return None
+
+
+def tangent(gather, t_data, grad=None):
+    """``gather(t_data)`` (linear in ``t_data``) as this module's derivative shapes it.
+
+    ``grad``: ``None`` or LabVIEW's ``(training, coeff)``; the gather runs in
+    :func:`accumulation`'s dtype where there is one, then rounds to ``t_data``'s.
+    """
+    training, coeff = (True, 1.0) if grad is None else grad
+    acc = accumulation(t_data.dtype)
+    out = gather(t_data if acc is None else t_data.astype(acc))
+    if not training:
+        return jnp.zeros(out.shape, t_data.dtype)
+    if coeff != 1.0:
+        out = out * jnp.asarray(coeff, out.dtype)
+    return out.astype(t_data.dtype)
+
+
+def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
+    """``gather_prepared(plan, ...)(data, idx)``, with this module's derivative where it
+    applies (``grad`` given, or data that :func:`accumulation` widens)."""
+    if grad is None and accumulation(data.dtype) is None:
+        return gather_prepared(plan, mode, fill_value, hints, data, idx)
+    return _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4, 5))
-def scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
-    """``gather_prepared(plan, ...)(data, idx)`` whose derivative ``grad`` reshapes."""
+def _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     return gather_prepared(plan, mode, fill_value, hints, data, idx)
 
 
-@scaled_gather.defjvp
-def _scaled_gather_jvp(gather_prepared, plan, mode, fill_value, hints, grad, primals, tangents):
+@_custom.defjvp
+def _custom_jvp(gather_prepared, plan, mode, fill_value, hints, grad, primals, tangents):
     data, idx = primals
     t_data, _ = tangents
-    out = scaled_gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
-    training, coeff = grad
-    if not training:
-        return out, jnp.zeros_like(out)
-    # The tangent is linear in t_data (filled slots have tangent 0), so JAX can
-    # transpose it for reverse mode.
-    tangent = gather_prepared(plan, mode, 0, hints, t_data, idx)
-    return out, tangent * jnp.asarray(coeff, tangent.dtype)
+    out = _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+    # Linear in t_data (filled slots have tangent 0), so JAX can transpose it for
+    # reverse mode.
+    return out, tangent(lambda t: gather_prepared(plan, mode, 0, hints, t, idx), t_data, grad)

@@ -65,7 +65,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _dtypes, _modes
+from xgather import _apply, _dtypes, _grad, _modes
 from xgather._errors import fail
 
 #: The opsets the tests export at.
@@ -130,21 +130,18 @@ def _node_primitive(op_type: str) -> Primitive:
         return jax.vmap(call.plain, in_axes=dims)(*args), 0
 
     def jvp(primals, tangents, *, attr, call):
+        # The tangent is the plain form's gather of the data's tangent (fill 0), shaped
+        # as xgather._grad shapes it (LabVIEW's coeff, float32 sums for 16-bit floats),
+        # and spelled out here: differentiating through _grad's custom_jvp would give
+        # the indices a float0 tangent, which jax2onnx cannot export. The plain form
+        # is linear in the data, so JAX transposes it for reverse mode.
         data, indices = primals
         options = dict(call.options)
         grad = options.pop("grad", None)
-        if grad is not None:
-            # LabVIEW: the tangent is lda_coeff * gather(tangent), or zero when not training
-            # (xgather._grad), spelled out here: through _grad's custom_jvp the indices would
-            # carry a float0 tangent, which jax2onnx cannot export.
-            call = _Call(call.run, call.plan, call.mode, call.fill_value, options)
-        out, tangent = jax.jvp(lambda d: call.plain(d, indices), (data,),
-                               (ad.instantiate_zeros(tangents[0]),))
-        if grad is not None:
-            training, coeff = grad
-            tangent = tangent * jnp.asarray(coeff, tangent.dtype) if training \
-                else jnp.zeros_like(tangent)
-        return out, tangent
+        linear = _Call(call.run, call.plan, call.mode, 0, options)
+        tangent = _grad.tangent(lambda t: linear.plain(t, indices),
+                                ad.instantiate_zeros(tangents[0]), grad)
+        return call.plain(data, indices), tangent
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)

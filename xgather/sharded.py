@@ -28,7 +28,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
-from xgather import _apply, _dtypes, _modes, _plan
+from xgather import _apply, _dtypes, _grad, _modes, _plan
 from xgather._errors import XGatherTypeError, fail
 from xgather._frontend import settle, shapes
 from xgather._modes import Mode
@@ -116,7 +116,8 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
         # drops their gradient, so the sum over devices is the gather.
         j = jnp.where((j >= 0) & (j < local_rows), j, local_rows)
         local_plan = _plan.take_plan(plan.op, d.shape, j.shape, 0, 0, False)
-        part = _apply.gather_prepared(local_plan, "fill", 0, (False, False), d, j)
+        part = _grad.gather(_apply.gather_prepared, local_plan, "fill", 0, (False, False), None,
+                            d, j)
         if batch == rows:
             return lax.psum_scatter(part, rows, scatter_dimension=0, tiled=True)
         return lax.psum(part, rows)
