@@ -248,3 +248,17 @@ def test_half_precision_forward_mode_and_hessian(op, gref, kw, shape, idx, dtype
     assert h.shape == data.shape * 2 and h.dtype == dtype
     np.testing.assert_array_equal(np.asarray(jax.jacfwd(lambda d: op(d, idx))(data)),
                                   np.asarray(jax.jacrev(lambda d: op(d, idx))(data)))
+
+
+def test_float8_gradient_sums_in_float32():
+    # OpenVINO's ops take float8 data: 2 bits of mantissa (e5m2) hold no running sum.
+    import ml_dtypes
+    dtype = ml_dtypes.float8_e5m2
+    idx = np.array([0, 0, 1, 0] * 20)
+    cot = np.full((80, 3), 0.75)
+    exact = ref.scatter_add_take((4, 3), idx, cot, 0)  # rows 0 and 1: 45 and 15
+    assert not np.array_equal(_sequential((4, 3), idx, cot, dtype), exact.astype(dtype))
+    grad = jax.grad(lambda d: (xgather.openvino.gather(d, idx, axis=0).astype(jnp.float32)
+                               * cot).sum())(jnp.zeros((4, 3), dtype))
+    assert grad.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(grad), exact.astype(dtype))

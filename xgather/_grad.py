@@ -9,7 +9,7 @@ mode, reverse mode and ``jax.hessian`` all work):
   ``coeff * gather(tangent of data)``, which JAX transposes into
   ``coeff * scatter_add(cotangent)``. With ``training=False`` the tangent is
   zero, so no gradient reaches ``data``.
-- Floating data narrower than float32 (bfloat16, float16): the tangent is
+- Floating data narrower than float32 (bfloat16, float16, float8): the tangent is
   gathered in float32 and rounded once, so that the gradient's scatter-add sums
   in float32 and rounds each row's sum once (as torch's embedding backward
   does), instead of rounding after every addition. A bfloat16 row that 256
