@@ -12,9 +12,9 @@ mode, reverse mode and ``jax.hessian`` all work):
 - Floating data narrower than float32 (bfloat16, float16, float8): the tangent is
   gathered in float32 and rounded once, so that the gradient's scatter-add sums
   in float32 and rounds each row's sum once (as torch's embedding backward
-  does), instead of rounding after every addition. A bfloat16 row that 256
-  lookups hit was off by about 7% the other way. The forward values (output and
-  tangent) are the same either way.
+  does), instead of rounding after every addition: summed in bfloat16, the
+  gradient of a row that 256 lookups hit was off by about 7%. The forward values
+  (output and tangent) are the same either way.
 """
 
 from __future__ import annotations
