@@ -308,11 +308,16 @@ def main(argv=None) -> int:
         p = argparse.ArgumentParser(prog="xgather-bench sharded")
         p.add_argument("--devices", type=int, default=8)
         p.add_argument("--quick", action="store_true")
+        p.add_argument("--platform", default="cpu",
+                       help="cpu (the default): that many fake host devices; another platform "
+                            "(gpu, tpu): its own devices")
         a = p.parse_args(argv[1:])
-        if "jax" not in sys.modules:  # the device count must be set before JAX starts
-            flags = os.environ.get("XLA_FLAGS", "")
-            os.environ["XLA_FLAGS"] = (
-                f"{flags} --xla_force_host_platform_device_count={a.devices}").strip()
+        if "jax" not in sys.modules:  # the platform and device count precede JAX's start
+            os.environ["JAX_PLATFORMS"] = a.platform  # also where it says cuda (.ci/gpu)
+            if a.platform == "cpu":
+                flags = os.environ.get("XLA_FLAGS", "")
+                os.environ["XLA_FLAGS"] = (
+                    f"{flags} --xla_force_host_platform_device_count={a.devices}").strip()
         from . import sharded
         kw = dict(rows=8192, width=64, lookups=2048, repeats=5) if a.quick else {}
         print(sharded.run(a.devices, **kw))

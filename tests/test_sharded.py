@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.subprocess
 def test_on_eight_devices():
-    env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                                       " --xla_force_host_platform_device_count=8").strip()}
+    # Eight fake CPU devices, also where the suite runs on a GPU (JAX_PLATFORMS=cuda).
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
+                         " --xla_force_host_platform_device_count=8").strip()}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
          "-W", "error", "-W", "ignore:os.fork:RuntimeWarning",
