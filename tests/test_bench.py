@@ -210,7 +210,8 @@ def _as_f32(out):
 @pytest.mark.slow
 def test_quick_run_end_to_end(tmp_path):
     out = tmp_path / "run.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The CPU main job, also where the suite runs on a GPU (.ci/gpu bench runs the GPU job).
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--repeats", "3",
                            "--json", str(out)], capture_output=True, text=True, env=env,
                           check=True, timeout=600)
@@ -318,7 +319,7 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
                            "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table",
-                           "--json", str(out)],
+                           "--json", str(out)], env={**os.environ, "JAX_PLATFORMS": "cpu"},
                           capture_output=True, text=True, check=True, timeout=300)
     lines = proc.stderr.splitlines()
     assert "\r" not in proc.stderr
