@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -220,7 +222,7 @@ def flag_set(flag) -> bool:
     field) is set when it holds a message.
     """
     try:
-        return memoryview(flag)[()]
+        return bool(memoryview(flag)[()])
     except BufferError:  # not one CPU buffer
         return bool(np.asarray(flag))
     except TypeError:  # no buffer at all: a checkify Error
@@ -313,14 +315,17 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     return wrapper
 
 
-def planned(planner):
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def planned(planner: Callable[..., Plan]) -> Callable[[_Op], _Op]:
     """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op,
-    and cache the op's eager calls per signature."""
-    def attach(op):
+    and cache the op's eager calls per signature. The op keeps its signature."""
+    def attach(op: _Op) -> _Op:
         from xgather._frontend import cached
         wrapper = cached(op)
         wrapper.__xgather_plan__ = planner
-        return wrapper
+        return cast(_Op, wrapper)
     return attach
 
 

@@ -14,12 +14,21 @@ a NumPy array of the original dtype, bit for bit.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
+from typing import Any, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from xgather._errors import XGatherError, XGatherTypeError, fail
+
+#: What the ops take for ``data`` and ``indices``: arrays and scalars
+#: (``jax.typing.ArrayLike``), and nested Python sequences, which NumPy converts.
+ArrayLike = Union[jax.typing.ArrayLike, Sequence[Any]]  # noqa: UP007 (a runtime alias)
+#: What the ops give: a ``jax.Array``, or on the host path (strings; 64-bit data
+#: while x64 is off) a NumPy array of the data's dtype.
+Result = Union[jax.Array, np.ndarray]  # noqa: UP007
 
 INT32_INDICES = ("int32", "int64")
 ANY_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -38,7 +47,7 @@ ONNX_DATA_13 = ONNX_DATA | {"bfloat16"}
 try:  # the config state itself: read on every eager call, a third of jax.config's cost
     from jax._src.config import enable_x64 as _ENABLE_X64
 except ImportError:  # pragma: no cover - other JAX versions
-    _ENABLE_X64 = None
+    _ENABLE_X64 = None  # type: ignore[assignment]
 
 
 def x64() -> bool:

@@ -7,6 +7,7 @@ porting a model sees which node failed, which rule it broke and with what.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NoReturn
 
 
 class XGatherError(ValueError):
@@ -34,7 +35,8 @@ def message(op: str, rule: str, got: str | None = None, shapes=None) -> str:
     return text + describe(shapes)
 
 
-def fail(op: str, rule: str, got: str | None = None, shapes=None, *, kind=XGatherError):
+def fail(op: str, rule: str, got: str | None = None, shapes=None, *,
+         kind: type[Exception] = XGatherError) -> NoReturn:
     """Raise ``kind`` with the project's message format."""
     raise kind(message(op, rule, got, shapes))
 

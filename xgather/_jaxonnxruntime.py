@@ -32,7 +32,8 @@ def _handler(handler_base, register_op, op_type: str) -> type:
         node.attrs_dict[attr] = node.attrs.get(attr, 0)
         return functools.partial(fn, opset=opset)
 
-    namespace = {f"version_{v}": classmethod(functools.partial(version, v)) for v in versions}
+    namespace: dict[str, object] = {f"version_{v}": classmethod(functools.partial(version, v))
+                                    for v in versions}
     namespace["__doc__"] = f"ONNX {op_type} through xgather.onnx.{fn.__name__}."
     return register_op(op_type)(type(f"XGather{op_type}", (handler_base,), namespace))
 

@@ -32,6 +32,7 @@ import functools
 import math
 import os
 import sys
+import types
 from typing import Literal
 
 import jax
@@ -166,7 +167,7 @@ def current_style() -> str:
 
 def checks_functionalised() -> bool:
     """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "jax._src.checkify":
             return True

@@ -167,7 +167,7 @@ def from_node(node, opset: int = 13, **options) -> Callable:
                                              negative_indices=options.get("negative_indices",
                                                                           True))
 
-    run.__xgather_plan__ = plan
+    run.__xgather_plan__ = plan  # type: ignore[attr-defined]
     run.__name__ = f"{op_type}_{attr}{value}_opset{opset}"
     run.__qualname__ = run.__name__
     run.__doc__ = f"ONNX node {node.name!r}: {label} with {attr}={value} (model opset {opset})."

@@ -9,10 +9,8 @@ there to choose.
 
 from __future__ import annotations
 
-import jax
-from jax.typing import ArrayLike
-
 from xgather import _apply, _dtypes, _plan
+from xgather._dtypes import ArrayLike, Result
 from xgather._frontend import call, int_attr, shapes
 from xgather._modes import Mode
 
@@ -49,7 +47,7 @@ def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002
 
 @_apply.planned(_gather_nd_plan)
 def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int = 0, *,  # noqa: A002
-              mode: Mode | None = None, fill_value=None) -> jax.Array:
+              mode: Mode | None = None, fill_value=None) -> Result:
     """``BNNSGatherND``: ``indices`` is a set of lookup vectors along its last axis.
 
     A lookup vector of length ``k`` shorter than the rank gathers the slice
@@ -75,7 +73,7 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
 
 @_apply.planned(_gather_plan)
 def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_count: int = 0, *,  # noqa: A002
-           mode: Mode | None = None, fill_value=None) -> jax.Array:
+           mode: Mode | None = None, fill_value=None) -> Result:
     """BNNS gather along ``axis`` with ``batch_dimension_count`` leading batch dimensions.
 
     Returns:
@@ -93,7 +91,7 @@ def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_coun
 
 @_apply.planned(_gather_along_axis_plan)
 def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noqa: A002
-                      mode: Mode | None = None, fill_value=None) -> jax.Array:
+                      mode: Mode | None = None, fill_value=None) -> Result:
     """BNNS gather along an axis, element by element (``numpy.take_along_axis``).
 
     ``indices`` has ``input``'s shape except on ``axis``; the output has ``indices``' shape.

@@ -88,7 +88,8 @@ def clear_caches() -> None:
 def _spec_op(plan) -> str:
     """``"labview.Gather"`` for ``"labview.Gather[name]->out"``, ``"onnx.Gather"`` for
     ``"onnx.Gather-13"``."""
-    return re.match(r"[a-z]+\.[A-Za-z]+", plan.op).group(0)
+    m = re.match(r"[a-z]+\.[A-Za-z]+", plan.op)
+    return m.group(0) if m else plan.op
 
 
 def _node_type(plan) -> str | None:
@@ -331,7 +332,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
                          mode, fill_value, options)
         else:
             return _guarded(run, plan, data, indices, options, in_onnx_range)
-    if node and mode == "promise_in_bounds" and _spec_op(plan).startswith("onnx."):
+    if node and op_type and mode == "promise_in_bounds" and _spec_op(plan).startswith("onnx."):
         return _node(op_type, run, plan, data, indices, mode, fill_value, options)
     if 0 in plan.bounds and not (mode == "clip" and np.size(indices)):
         # Nothing to index: every index is out of range, and the op fills (clip raises).

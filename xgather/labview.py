@@ -16,11 +16,10 @@ they show in the lowered program, in profiles, and in ``xgather.explain``.
 
 from __future__ import annotations
 
-import jax
 import numpy as np
-from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
+from xgather._dtypes import ArrayLike, Result
 from xgather._errors import fail
 from xgather._frontend import call, negatives, shapes
 from xgather._modes import Mode
@@ -59,7 +58,7 @@ def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_n
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool = True,
            lda_coeff: float = 1.0, name: str | None = None, specified_outputs_name=None,
-           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> jax.Array:
+           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> Result:
     """LabVIEW ``Gather``: ONNX Gather-13 forward, a scaled (or no) gradient backward.
 
     Args:

@@ -24,10 +24,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax
-from jax.typing import ArrayLike
-
 from xgather import _apply, _dtypes, _plan
+from xgather._dtypes import ArrayLike, Result
 from xgather._errors import fail
 from xgather._frontend import call, int_attr, negatives, shapes
 from xgather._jaxonnxruntime import register_jaxonnxruntime  # noqa: F401 (re-exported)
@@ -101,7 +99,7 @@ def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, uniq
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
            mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-           unique_indices: bool = False, negative_indices: bool = True) -> jax.Array:
+           unique_indices: bool = False, negative_indices: bool = True) -> Result:
     """ONNX ``Gather``: slices of ``data`` along ``axis`` picked by ``indices``.
 
     Args:
@@ -137,7 +135,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
 @_apply.planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset: int = 13,
               mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-              unique_indices: bool = False, negative_indices: bool = True) -> jax.Array:
+              unique_indices: bool = False, negative_indices: bool = True) -> Result:
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
     Args:
@@ -165,7 +163,7 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
 @_apply.planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
                     mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-                    unique_indices: bool = False, negative_indices: bool = True) -> jax.Array:
+                    unique_indices: bool = False, negative_indices: bool = True) -> Result:
     """ONNX ``GatherElements``: ``out[i] = data[i_0, ..., indices[i], ..., i_{r-1}]``.
 
     Args:

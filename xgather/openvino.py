@@ -36,11 +36,10 @@ import dataclasses
 import re
 import xml.etree.ElementTree as ET
 
-import jax
 import numpy as np
-from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _plan
+from xgather._dtypes import ArrayLike, Result
 from xgather._errors import fail
 from xgather._frontend import call, int_attr, negatives, shapes, versioned
 from xgather._modes import Mode
@@ -111,7 +110,7 @@ def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **
 
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
-           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> jax.Array:
+           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> Result:
     """OpenVINO ``Gather``: ``data[:axis] + indices[batch_dims:] + data[axis+1:]``.
 
     Args:
@@ -140,7 +139,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
 @_apply.planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, version: int = 8,
               mode: Mode | None = None, fill_value=None,
-              negative_indices: bool = True) -> jax.Array:
+              negative_indices: bool = True) -> Result:
     """OpenVINO ``GatherND``: slices of ``data`` addressed by index tuples.
 
     Args:
@@ -165,7 +164,7 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
 @_apply.planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
                     mode: Mode | None = None, fill_value=None,
-                    negative_indices: bool = True) -> jax.Array:
+                    negative_indices: bool = True) -> Result:
     """OpenVINO ``GatherElements-6``: ``out[i] = data[i_0, .., indices[i], .., i_{r-1}]``.
 
     ``indices`` has ``data``'s shape except on ``axis``; the output has ``indices``' shape.
@@ -266,9 +265,10 @@ def _dims(op: str, port) -> tuple[int | None, ...]:
 
 
 #: The attributes of each IR layer's <data> element, by op version (None: required).
-_IR_ATTRS = {("Gather", 1): {}, ("Gather", 7): {"batch_dims": 0}, ("Gather", 8): {"batch_dims": 0},
-             ("GatherND", 5): {"batch_dims": 0}, ("GatherND", 8): {"batch_dims": 0},
-             ("GatherElements", 6): {"axis": None}}
+_IR_ATTRS: dict[tuple[str, int], dict[str, int | None]] = {
+    ("Gather", 1): {}, ("Gather", 7): {"batch_dims": 0}, ("Gather", 8): {"batch_dims": 0},
+    ("GatherND", 5): {"batch_dims": 0}, ("GatherND", 8): {"batch_dims": 0},
+    ("GatherElements", 6): {"axis": None}}
 
 
 def from_ir_layer(layer) -> IRLayer:

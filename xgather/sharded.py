@@ -26,9 +26,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from jax.typing import ArrayLike
 
 from xgather import _apply, _dtypes, _grad, _modes, _plan
+from xgather._dtypes import ArrayLike
 from xgather._errors import XGatherTypeError, fail
 from xgather._frontend import settle, shapes
 from xgather._modes import Mode
@@ -79,8 +79,8 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
     _check_device_data(plan, data)
     _, mode, fill_value, _, idx = settle(plan, data, indices, _dtypes.INT32_INDICES, mode,
                                          fill_value)
-    mode = _apply.check_now_or_later(plan, mode, idx)
-    return _sharded(plan, mesh, rows, batch, mode, fill_value)(data, idx)
+    run_mode = _apply.check_now_or_later(plan, mode, idx)
+    return _sharded(plan, mesh, rows, batch, run_mode, fill_value)(data, idx)
 
 
 def _check_device_data(plan, data) -> None:
