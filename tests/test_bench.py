@@ -305,6 +305,7 @@ def test_wheel_installs_the_bench_as_xgather_bench(tmp_path):
     assert "bench" not in top
     assert {"xgather", "xgather_bench"} <= top
     assert "xgather_bench/__main__.py" in names
+    assert "xgather/py.typed" in names  # PEP 561: the annotations reach users
     (ep,) = [n for n in names if n.endswith("entry_points.txt")]
     assert "xgather-bench = xgather_bench.__main__:main" in zipfile.ZipFile(wheel).read(ep).decode()
 
