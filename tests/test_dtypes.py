@@ -8,6 +8,7 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
+from jax.experimental import checkify
 
 import xgather
 from tests import reference as ref
@@ -226,6 +227,27 @@ def test_table_with_x64_on():
     rerun_with_x64(__file__, "not x64_on")
 
 
+
+
+@pytest.mark.skipif(not X64, reason="an axis of 2**31 elements needs x64 (the x64 rerun)")
+@pytest.mark.parametrize("kind", ["traced", "numpy"])
+def test_int32_indices_into_an_axis_of_2_31_elements(kind):
+    # Every int32 value addresses such an axis (-1 is its last element): the plan widens
+    # them where i + s would not fit. Traced with eval_shape: no 2 GiB array is made.
+    n = 2**31 + 8
+    data = jax.ShapeDtypeStruct((n,), np.int8)
+    idx = np.array([5, -1, np.iinfo(np.int32).max, np.iinfo(np.int32).min], np.int32)
+    for op, kw in [(xgather.onnx.gather, {}), (xgather.onnx.gather, {"mode": "fill"}),
+                   (xgather.onnx.gather, {"mode": "clip"}), (xgather.openvino.gather, {"axis": 0}),
+                   (xgather.onnx.gather_nd, {}), (xgather.onnx.gather_elements, {})]:
+        i = idx[:, None] if op is xgather.onnx.gather_nd else idx
+        if kind == "traced":
+            fn = checkify.checkify(lambda d, j, op=op, kw=kw: op(d, j, **kw))
+            out = jax.eval_shape(fn, data, jax.ShapeDtypeStruct(i.shape, i.dtype))
+        else:
+            out = jax.eval_shape(lambda d, op=op, kw=kw, i=i: op(d, i, **kw), data)
+        out = out[1] if kind == "traced" else out
+        assert out.shape == (4,) and out.dtype == np.int8
 
 
 def test_openvino_zeros_for_indices_beyond_int32():

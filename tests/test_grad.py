@@ -263,3 +263,44 @@ def test_float8_gradient_sums_in_float32():
                                * cot).sum())(jnp.zeros((4, 3), dtype))
     assert grad.dtype == dtype
     np.testing.assert_array_equal(np.asarray(grad), exact.astype(dtype))
+
+
+# -- derivatives of loops: JAX drops checkify checks from a loop body in reverse mode ----------
+
+def _scan_loss(op):
+    return lambda d, i: jax.lax.scan(lambda c, ii: (c + op(d, ii).sum(), None), 0.0, i)[0]
+
+
+def test_reverse_mode_through_a_loop_is_exact_for_in_range_negative_indices():
+    # Large enough that checked's fast program would speculate (no wrap) outside a derivative.
+    op = functools.partial(xgather.onnx.gather_elements, axis=1)
+    data = np.zeros((2, 9000), np.float32)
+    idx = RNG.integers(-9000, 9000, (3, 2, 9000))
+    want = sum(ref.vjp_data(ref.gather_elements, data.shape, np.ones((2, 9000)), i, axis=1)
+               for i in idx)
+    with pytest.warns(xgather.UncheckedWarning, match=r"onnx\.GatherElements-13: its "
+                      r'mode="error" check is traced in a lax\.scan'):
+        g = xgather.checked(jax.jit(jax.grad(_scan_loss(op))))(data, idx)
+    np.testing.assert_array_equal(np.asarray(g), want)
+
+
+def test_reverse_mode_through_a_loop_drops_the_check_as_documented():
+    # The README's limit: JAX (0.10.2) drops a check inside a differentiated loop body. If
+    # this starts raising, JAX has fixed it: drop the warning and this test.
+    op = functools.partial(xgather.onnx.gather, axis=1)
+    bad = np.array([[0, 5]])
+    for loss in (_scan_loss(op),
+                 lambda d, i: jax.lax.map(lambda ii: op(d, ii), i).sum()):
+        with pytest.warns(xgather.UncheckedWarning):
+            xgather.checked(jax.jit(jax.grad(loss)))(np.zeros((1, 3), np.float32), bad)
+
+
+def test_loops_keep_their_checks_outside_reverse_mode():
+    op = functools.partial(xgather.onnx.gather, axis=1)
+    data, bad = np.zeros((2, 3), np.float32), np.array([[0, -1], [2, 5]])
+    msg = r"^onnx\.Gather-13: index 5 at indices\[1\] is out of range \[-3, 2\]"
+    loss = _scan_loss(op)
+    fwd = jax.jit(lambda d, i: jax.jvp(lambda x: loss(x, i), (d,), (jnp.ones_like(d),)))
+    for fn in (jax.jit(loss), fwd, jax.jit(jax.grad(lambda d, i: op(d, i[1]).sum()))):
+        with pytest.raises(xgather.OutOfBoundsError, match=msg):
+            xgather.checked(fn)(data, bad)  # no UncheckedWarning (warnings are errors here)

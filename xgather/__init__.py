@@ -3,7 +3,7 @@
 from xgather import bnns, labview, onnx, openvino, sharded
 from xgather._alloc import keep_large_allocations
 from xgather._apply import checked, explain
-from xgather._errors import OutOfBoundsError, XGatherError, XGatherTypeError
+from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan
 
@@ -13,6 +13,7 @@ __all__ = [
     "MODES",
     "OutOfBoundsError",
     "Plan",
+    "UncheckedWarning",
     "XGatherError",
     "XGatherTypeError",
     "checked",

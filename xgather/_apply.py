@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import types
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -14,7 +17,7 @@ from jax import lax
 from jax.experimental import checkify
 
 from xgather import _dtypes, _grad, _modes, _plan
-from xgather._errors import OutOfBoundsError, XGatherTypeError, fail
+from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 from xgather._plan import Plan
 
 
@@ -32,7 +35,7 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None,
     instead and skips the wrap, for a caller that reruns exactly when the flag
     is set.
     """
-    indices = _modes.widen(indices)
+    indices = _modes.widen(indices, plan)
     error = mode == "error"
     use = use or (lambda i: i)
     if speculate is None:
@@ -164,7 +167,28 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     if not _dtypes.is_traced(data, indices):
         return concrete_runner(plan, mode, fill_value, hints, grad, indices)(data, indices)
     mode = check_now_or_later(plan, mode, indices)
+    if mode == "error" and _modes.under_derivative():
+        if _modes.in_loop_body() and _modes.under_derivative(reverse=True):
+            warnings.warn(UncheckedWarning(
+                f"{plan.op}: its mode=\"error\" check is traced in a lax.scan/map/fori_loop/"
+                "while_loop body under a derivative, where JAX drops checkify checks in reverse "
+                "mode: an out-of-range index would go unreported. Check the indices outside the "
+                "loop, or choose mode=\"clip\", \"fill\" or \"promise_in_bounds\""),
+                stacklevel=_user_stacklevel())
+        if _modes.current_style() == "speculate":
+            with _modes.check_style("flag"):  # exact: its flag may be dropped (under_derivative)
+                return compiled(plan, mode, fill_value, hints, grad)(data, indices)
     return compiled(plan, mode, fill_value, hints, grad)(data, indices)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside xgather and JAX (for warnings)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+            "xgather", "jax"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):

@@ -22,6 +22,11 @@ class OutOfBoundsError(XGatherError, IndexError):
     """An index lies outside the range its spec allows (``mode="error"``)."""
 
 
+class UncheckedWarning(UserWarning):
+    """A ``mode="error"`` check that JAX will drop: an out-of-range index there goes
+    unreported (a loop body under a derivative; see the README)."""
+
+
 def describe(shapes: Mapping[str, tuple[int, ...]] | None) -> str:
     if not shapes:
         return ""

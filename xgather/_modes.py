@@ -165,6 +165,42 @@ def current_style() -> str:
     return "report" if _STYLE is None else _STYLE.value
 
 
+#: JAX's traces of forward mode, and of linearization (reverse mode, ``linearize``).
+_FORWARD, _LINEARIZE = frozenset({"JVPTrace"}), frozenset({"LinearizeTrace", "JaxprTrace"})
+
+
+def under_derivative(reverse: bool = False) -> bool:
+    """True while a derivative traces the caller, at any depth (also inside a loop body
+    that one differentiates); with ``reverse``, only ``grad``/``vjp``/``linearize``.
+
+    JAX (0.10.2) drops checkify checks from a ``lax.scan`` or ``while_loop`` body
+    that reverse mode differentiates, and a speculative program's flag with them;
+    under a derivative :func:`xgather.checked` therefore traces exact programs
+    (see the README). Where JAX's trace stack cannot be read, the answer is True.
+    """
+    try:
+        from jax._src import core
+        trace = core.trace_ctx.trace
+    except (ImportError, AttributeError):  # pragma: no cover - other JAX versions
+        return True
+    kinds = _LINEARIZE if reverse else _FORWARD | _LINEARIZE
+    while trace is not None:
+        if type(trace).__name__ in kinds:
+            return True
+        trace = getattr(trace, "parent_trace", None)
+    return False
+
+
+def in_loop_body() -> bool:
+    """True while ``lax.scan``, ``lax.map``, ``fori_loop`` or ``while_loop`` traces its body."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "jax._src.lax.control_flow.loops":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def checks_functionalised() -> bool:
     """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
     frame: types.FrameType | None = sys._getframe(1)
@@ -175,10 +211,15 @@ def checks_functionalised() -> bool:
     return False
 
 
-def widen(indices):
-    """Narrow integer indices become int32 so that ``index + s`` cannot overflow."""
-    if jnp.dtype(indices.dtype).itemsize < 4:
-        return indices.astype(jnp.int32)
+def widen(indices, plan=None):
+    """Narrow integer indices become int32 so that ``index + s`` cannot overflow; where
+    ``plan`` has an axis that the indices' type cannot count to (int32 indices into an
+    axis of 2**31 elements or more, with x64 on), 64-bit ones (NumPy or JAX arrays)."""
+    if np.dtype(indices.dtype).itemsize < 4:
+        indices = indices.astype(np.int32)
+    if plan is not None and max(plan.bounds, default=0) > np.iinfo(indices.dtype).max:
+        wide = np.uint64 if np.dtype(indices.dtype).kind == "u" else np.int64
+        indices = indices.astype(wide)  # the axis exists only with x64 on
     return indices
 
 
@@ -450,7 +491,7 @@ def host_check(plan, indices) -> None:
     indices = np.asarray(indices)
     if indices.size == 0 or _host_valid(plan, indices):
         return
-    indices = widen(indices)  # room for sizes and counts
+    indices = widen(indices, plan)  # room for sizes and counts
     raise OutOfBoundsError(_report_format(plan, indices.ndim).format(
         _report_args(plan, indices, np)))
 
