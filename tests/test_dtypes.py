@@ -331,3 +331,32 @@ def test_labview_data_types_as_the_block_lists_them():
         name = np.dtype(dtype).name if np.dtype(dtype).kind != "U" else "str"
         assert _accepts(xgather.labview.gather, _sample(dtype), np.array([2, -1])) == \
             (_ONNX_NAME.get(name, name) in listed), name
+
+
+def test_negative_zero_fill_keeps_its_sign_whatever_ran_before():
+    # -0.0 == 0.0 in Python: as cache keys they were one entry, so the sign came from
+    # whichever call ran first (eager calls and jitted ones alike).
+    data = np.arange(3, dtype=np.float32)
+    idx = np.array([5, 1])
+    for first, second in [(0.0, -0.0), (-0.0, 0.0), (0.0, np.float32(-0.0)),
+                          (0.0, complex(-0.0, 1.0))]:
+        xgather._apply.clear_caches()
+        for fill in (first, second):
+            d = data.astype(np.complex64) if isinstance(fill, complex) else data
+            want = np.where(idx < 3, d[np.minimum(idx, 2)], np.asarray(fill, d.dtype))
+            calls = (lambda d, f: xgather.onnx.gather(d, idx, mode="fill", fill_value=f),
+                     lambda d, f: jax.jit(lambda x: xgather.onnx.gather(
+                         x, idx, mode="fill", fill_value=f))(d),
+                     lambda d, f: xgather.openvino.gather(d, idx, 0, fill_value=f, mode="fill"))
+            for call in calls:
+                got = np.asarray(call(d, fill))
+                assert got.tobytes() == want.tobytes(), (first, second, got, want)
+
+
+def test_empty_axis_keeps_the_weak_type():
+    from jax._src.lax.lax import _convert_element_type
+    for cols in (0, 2):  # the empty axis fills; the other gathers: both stay weakly typed
+        weak = _convert_element_type(jax.numpy.zeros((3, cols)), np.dtype(np.float32),
+                                     weak_type=True)
+        out = xgather.onnx.gather(weak, np.array([0]), axis=1, mode="fill")
+        assert out.aval.weak_type and out.shape == (3, 1)

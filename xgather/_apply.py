@@ -59,7 +59,8 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
             fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
                  f"index axes {plan.index_axes}",
                  {"data": plan.data_shape, "indices": plan.indices_shape})
-        return jnp.full(plan.gather_shape, fill, data.dtype).reshape(plan.out_shape)
+        # full_like keeps data's weak type, as the gather does
+        return lax.full_like(data, fill, shape=plan.gather_shape).reshape(plan.out_shape)
     start = idx if plan.index_vector else idx[..., None]
     if mode == "clip":
         unique_indices = False  # clamping can map distinct indices to one position

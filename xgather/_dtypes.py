@@ -13,6 +13,7 @@ a NumPy array of the original dtype, bit for bit.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any, Union
@@ -167,7 +168,44 @@ def fill_scalar(op: str, fill_value, dtype, shapes=None):
         rule = f"fill_value must be a value {dtype} holds exactly"
     if not ok:
         fail(op, rule, repr(fill_value), shapes)
+    if isinstance(value, float) and _signed_zero_or_nan(value):
+        return ExactFloat(value)
+    if isinstance(value, complex) and _signed_zero_or_nan(value):
+        return ExactComplex(value)
     return value
+
+
+def _signed_zero_or_nan(value: float | complex) -> bool:
+    return value != value or negative_zero(value)
+
+
+def negative_zero(value) -> bool:
+    """Whether ``value`` (a float or complex, Python or NumPy) has a part that is -0.0."""
+    parts = (value.real, value.imag) if isinstance(value, complex | np.complexfloating) \
+        else (value,)
+    return any(p == 0 and math.copysign(1.0, p) < 0 for p in parts)
+
+
+class _Exact:
+    """A fill value equal only to one of the same bits: ``-0.0`` keys its own cache
+    entries (``-0.0 == 0.0`` in Python), and a NaN equals itself."""
+
+    def __eq__(self, other):
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash((type(self).__name__, repr(self)))
+
+
+class ExactFloat(_Exact, float):
+    """A float fill value that is -0.0 or NaN (see :class:`_Exact`)."""
+
+
+class ExactComplex(_Exact, complex):
+    """A complex fill value with a -0.0 or NaN part (see :class:`_Exact`)."""
 
 
 def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None):

@@ -33,6 +33,9 @@ def _jax_array_type() -> type:
 _JAX_ARRAY = _jax_array_type()
 
 
+_INEXACT = (float, complex, np.inexact)
+
+
 def signature(op, args: tuple, kwargs: dict):
     """The cache key of an eager call, or None where its arrays are not concrete (tracers,
     lists, subclasses). A key holding an unhashable attribute (an array as ``axis``) is no
@@ -56,6 +59,9 @@ def signature(op, args: tuple, kwargs: dict):
     # The attributes' types too: 1, 1.0 and True are equal keys but not equal arguments.
     attrs = args[2:]
     if kwargs:
+        fill = kwargs.get("fill_value")
+        if isinstance(fill, _INEXACT) and _dtypes.negative_zero(fill):
+            return None  # -0.0 == 0.0 as a key: the uncached path fills the sign given
         return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()),
                 tuple(map(type, attrs)), tuple(map(type, kwargs.values())),
                 _modes.current_default(), _dtypes.x64())
