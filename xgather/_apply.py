@@ -77,7 +77,35 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
     if plan.lowering.startswith("vmap"):
         for _ in range(plan.batch_dims):
             core = jax.vmap(core)
-    return core(data, start).reshape(plan.out_shape)
+    try:
+        return core(data, start).reshape(plan.out_shape)
+    except ValueError as e:  # vmap over batch dims that an Explicit mesh shards apart
+        if "should be sharded the same" not in str(e):
+            raise
+        fail(plan.op, "on a mesh's Explicit axes, the batch dims of data and indices must be "
+             "sharded alike (or make the mesh with AxisType.Auto axes)",
+             f"data {_spec(data)}, indices {_spec(idx)} with batch_dims={plan.batch_dims}",
+             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+    except _SHARDING_TYPE_ERROR:
+        fail(plan.op, "inputs sharded over a mesh's Explicit axes (jax.make_mesh's default): "
+             "there JAX asks every gather for the sharding of its result, which the op does "
+             "not choose. Make the mesh with axis_types=(AxisType.Auto, ...), reshard the inputs "
+             "(jax.sharding.reshard), or use xgather.sharded.gather for a table sharded by rows",
+             f"data {_spec(data)}, indices {_spec(idx)}",
+             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+
+
+def _spec(x) -> str:
+    try:
+        return str(jax.typeof(x).sharding.spec)
+    except AttributeError:  # pragma: no cover - other JAX versions
+        return "sharded"
+
+
+try:  # JAX's error for a result sharding it cannot infer (Explicit mesh axes)
+    from jax._src.core import ShardingTypeError as _SHARDING_TYPE_ERROR
+except ImportError:  # pragma: no cover - other JAX versions: their own error comes through
+    _SHARDING_TYPE_ERROR = ()  # type: ignore[assignment,misc]
 
 
 def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, False),

@@ -80,6 +80,37 @@ def test_plain_ops_accept_sharded_inputs(name, op, gref, dshape, make_idx, dspec
     np.testing.assert_array_equal(np.asarray(f(d, i)), want)
 
 
+# Where JAX cannot infer a gather's result sharding on Explicit axes (jnp.take fails alike),
+# an xgather error says so and names the remedies; where it can (gathers along an axis that
+# is not sharded), the op runs.
+EXPLICIT = {"onnx.gather-axis1": None,
+            "onnx.gather_nd-b1": "batch dims of data and indices must be sharded alike",
+            "onnx.gather_elements": None,
+            "openvino.gather-b1": "batch dims of data and indices must be sharded alike",
+            "openvino.gather_nd5": "batch dims of data and indices must be sharded alike"}
+
+
+@pytest.mark.parametrize("name, op, gref, dshape, make_idx", OPS, ids=[o[0] for o in OPS])
+def test_explicit_mesh_axes_ask_for_a_result_sharding(name, op, gref, dshape, make_idx):
+    mesh = jax.make_mesh((8,), ("x",))  # jax.make_mesh's default: Explicit axes
+    assert mesh.axis_types == (AxisType.Explicit,)
+    data = RNG.standard_normal(dshape).astype(np.float32)
+    idx = make_idx().astype(np.int32)
+    if name == "openvino.gather_elements":
+        idx = idx[:, :dshape[1]]
+    d, i = put(data, mesh, P("x")), put(idx, mesh, P())
+    rule = EXPLICIT.get(name, "inputs sharded over a mesh's Explicit axes .*AxisType\\.Auto")
+    for call in (lambda: xgather.checked(jax.jit(op))(d, i), lambda: op(d, i)):
+        if rule is None:
+            np.testing.assert_array_equal(np.asarray(call()), gref(data, idx))
+            continue
+        with pytest.raises(xgather.XGatherTypeError, match=rf"{rule}.*got data P\('x'"):
+            call()
+    d, i = put(data, mesh, P()), put(idx, mesh, P())
+    np.testing.assert_array_equal(np.asarray(xgather.checked(jax.jit(op))(d, i)),
+                                  gref(data, idx))
+
+
 # -- the row-sharded lookup --------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
