@@ -342,8 +342,12 @@ def _report_format(plan, ndim: int) -> str:
     where = ("indices[" + ", ".join(slot() for _ in range(ndim)) + "]") if ndim \
         else "indices (a scalar)"
     lo = f"-{slot()}" if plan.negative else "0"
-    return (f"{plan.op}: index {value} at {where} is out of range [{lo}, {slot()}] "
-            f"for data axis {slot()} of size {slot()} ({slot()} out-of-range value(s) in indices)")
+    hi, axis, size, count = slot(), slot(), slot(), slot()
+    if not plan.index_vector and plan.bounds[0] == 0:  # not "[-0, -1]"
+        return (f"{plan.op}: index {value} at {where} is out of range: data axis {axis} has "
+                f"size 0, so no index is in range ({count} out-of-range value(s) in indices)")
+    return (f"{plan.op}: index {value} at {where} is out of range [{lo}, {hi}] "
+            f"for data axis {axis} of size {size} ({count} out-of-range value(s) in indices)")
 
 
 def _report_args(plan, indices, xp):
