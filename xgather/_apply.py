@@ -35,7 +35,7 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None,
     instead and skips the wrap, for a caller that reruns exactly when the flag
     is set.
     """
-    indices = _modes.widen(indices, plan)
+    indices = _modes.widen(plan, indices)
     error = mode == "error"
     use = use or (lambda i: i)
     if speculate is None:
@@ -196,6 +196,7 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     if not _dtypes.is_traced(data, indices):
         return concrete_runner(plan, mode, fill_value, hints, grad, indices)(data, indices)
     mode = check_now_or_later(plan, mode, indices)
+    gather = compiled(plan, mode, fill_value, hints, grad)
     if mode == "error" and _modes.under_derivative():
         if _modes.in_loop_body() and _modes.under_derivative(reverse=True):
             warnings.warn(UncheckedWarning(
@@ -206,8 +207,8 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
                 stacklevel=_user_stacklevel())
         if _modes.current_style() == "speculate":
             with _modes.check_style("flag"):  # exact: its flag may be dropped (under_derivative)
-                return compiled(plan, mode, fill_value, hints, grad)(data, indices)
-    return compiled(plan, mode, fill_value, hints, grad)(data, indices)
+                return gather(data, indices)
+    return gather(data, indices)
 
 
 def _user_stacklevel() -> int:

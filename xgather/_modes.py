@@ -191,33 +191,33 @@ def under_derivative(reverse: bool = False) -> bool:
     return False
 
 
-def in_loop_body() -> bool:
-    """True while ``lax.scan``, ``lax.map``, ``fori_loop`` or ``while_loop`` traces its body."""
-    frame: types.FrameType | None = sys._getframe(1)
+def _on_stack(module: str) -> bool:
+    """True while code of ``module`` is among the callers (it is tracing ours)."""
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
-        if frame.f_globals.get("__name__") == "jax._src.lax.control_flow.loops":
+        if frame.f_globals.get("__name__") == module:
             return True
         frame = frame.f_back
     return False
+
+
+def in_loop_body() -> bool:
+    """True while ``lax.scan``, ``lax.map``, ``fori_loop`` or ``while_loop`` traces its body."""
+    return _on_stack("jax._src.lax.control_flow.loops")
 
 
 def checks_functionalised() -> bool:
     """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == "jax._src.checkify":
-            return True
-        frame = frame.f_back
-    return False
+    return _on_stack("jax._src.checkify")
 
 
-def widen(indices, plan=None):
+def widen(plan, indices):
     """Narrow integer indices become int32 so that ``index + s`` cannot overflow; where
     ``plan`` has an axis that the indices' type cannot count to (int32 indices into an
     axis of 2**31 elements or more, with x64 on), 64-bit ones (NumPy or JAX arrays)."""
     if np.dtype(indices.dtype).itemsize < 4:
         indices = indices.astype(np.int32)
-    if plan is not None and max(plan.bounds, default=0) > np.iinfo(indices.dtype).max:
+    if max(plan.bounds, default=0) > np.iinfo(indices.dtype).max:
         wide = np.uint64 if np.dtype(indices.dtype).kind == "u" else np.int64
         indices = indices.astype(wide)  # the axis exists only with x64 on
     return indices
@@ -495,7 +495,7 @@ def host_check(plan, indices) -> None:
     indices = np.asarray(indices)
     if indices.size == 0 or _host_valid(plan, indices):
         return
-    indices = widen(indices, plan)  # room for sizes and counts
+    indices = widen(plan, indices)  # room for sizes and counts
     raise OutOfBoundsError(_report_format(plan, indices.ndim).format(
         _report_args(plan, indices, np)))
 

@@ -205,7 +205,7 @@ def _onnx_range(plan, idx):
     indices past int64's range saturate at its maximum (the node's indices are
     int64). Plain compares, subtractions and selects.
     """
-    idx = _modes.widen(idx, plan)
+    idx = _modes.widen(plan, idx)
     if idx.dtype == jnp.uint64:
         idx = jnp.minimum(idx, jnp.asarray(np.iinfo(np.int64).max, idx.dtype))
     if not plan.negative and jnp.issubdtype(idx.dtype, jnp.signedinteger):
@@ -271,7 +271,7 @@ def _in_range(plan, idx):
     The same pieces as the traced gather (:mod:`xgather._modes`): plain compares,
     adds and selects, which every opset exports.
     """
-    idx = _modes.widen(idx, plan)  # room for index + s
+    idx = _modes.widen(plan, idx)  # room for index + s
     s = jnp.broadcast_to(_modes.bounds_array(plan, idx), idx.shape)
     valid = _modes.valid(plan, idx, jnp)
     idx = _modes.wrap(plan, idx)

@@ -154,7 +154,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
             if mode == "error":
                 # The report indexes the indices: on an Explicit mesh, a replicated copy.
                 checked = place(indices, replicated) if explicit else indices
-                _modes.check(plan, _modes.widen(checked, plan))
+                _modes.check(plan, _modes.widen(plan, checked))
             return out
 
     return jax.jit(run)
