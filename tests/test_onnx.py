@@ -199,8 +199,8 @@ def test_same_shapes_do_not_retrace():
         xgather.onnx.gather(data, idx, 1)
     assert len(traces) == 1
     plan = xgather.explain(xgather.onnx.gather, data, idx, 1)
-    from xgather._apply import compiled
-    fn = compiled(plan, "promise_in_bounds", None, (False, False), None)
+    from xgather._apply import NO_HINTS, compiled
+    fn = compiled(plan, "promise_in_bounds", None, NO_HINTS, None)
     assert fn._cache_size() == 1
     xgather.onnx.gather(data + 1, idx - 1, 1)
     assert fn._cache_size() == 1

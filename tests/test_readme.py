@@ -40,6 +40,8 @@ def test_many_devices_example_runs():
     ns: dict = {}
     exec(compile(block, "README-many-devices", "exec"), ns)
     assert ns["rows"].shape == (1024, 256)
+    np.testing.assert_array_equal(np.asarray(ns["same"]), np.asarray(ns["rows"]))
+    assert ns["same"].sharding.is_equivalent_to(ns["table"].sharding, 2)
 
 
 def test_onnx_models_example_runs():

@@ -8,7 +8,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -47,9 +47,46 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None,
     return bad, out
 
 
-def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
-    """``lax.gather`` on wrapped indices: the one call site, vmapped over batch dims."""
-    indices_are_sorted, unique_indices = hints
+class Hints(NamedTuple):
+    """How XLA may lower a gather, none of it changing the values: promises about the
+    wrapped positions, and where the result lives (``out_sharding``: a
+    ``NamedSharding``, or a ``PartitionSpec`` of the mesh in context)."""
+
+    indices_are_sorted: bool = False
+    unique_indices: bool = False
+    out_sharding: Any = None
+
+
+NO_HINTS = Hints()
+
+
+def gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
+    """``lax.gather`` on wrapped indices: the one call site, vmapped over batch dims, and
+    placed as ``hints.out_sharding`` says."""
+    if hints.out_sharding is None:
+        return _gather_prepared(plan, mode, fill_value, hints, data, idx)
+    return placed(functools.partial(_gather_prepared, plan, mode, fill_value, hints),
+                  hints.out_sharding)(data, idx)
+
+
+def placed(fn, out_sharding):
+    """``fn`` with its result placed as ``out_sharding``.
+
+    On a mesh with Explicit axes, ``fn`` runs with those axes made Auto
+    (``jax.sharding.auto_axes``), so that XLA's partitioner chooses how the gather
+    reads its inputs, and the result is resharded as asked; this is what
+    ``jnp.ndarray.at[...].get(out_sharding=)`` does. On Auto axes the result is
+    constrained to it.
+    """
+    mesh = (out_sharding.mesh if isinstance(out_sharding, jax.sharding.NamedSharding)
+            else jax.sharding.get_abstract_mesh())
+    if mesh.explicit_axes:
+        return jax.sharding.auto_axes(fn, out_sharding=out_sharding, axes=mesh.explicit_axes)
+    return lambda *args: lax.with_sharding_constraint(fn(*args), out_sharding)
+
+
+def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
+    indices_are_sorted, unique_indices = hints.indices_are_sorted, hints.unique_indices
     fill = 0 if fill_value is None else fill_value
     if plan.data_crop is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
@@ -83,14 +120,16 @@ def gather_prepared(plan: Plan, mode: str, fill_value, hints, data, idx):
         if "should be sharded the same" not in str(e):
             raise
         fail(plan.op, "on a mesh's Explicit axes, the batch dims of data and indices must be "
-             "sharded alike (or make the mesh with AxisType.Auto axes)",
+             "sharded alike (or give out_sharding=, or make the mesh with AxisType.Auto axes)",
              f"data {_spec(data)}, indices {_spec(idx)} with batch_dims={plan.batch_dims}",
              {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
     except _SHARDING_TYPE_ERROR:
         fail(plan.op, "inputs sharded over a mesh's Explicit axes (jax.make_mesh's default): "
-             "there JAX asks every gather for the sharding of its result, which the op does "
-             "not choose. Make the mesh with axis_types=(AxisType.Auto, ...), reshard the inputs "
-             "(jax.sharding.reshard), or use xgather.sharded.gather for a table sharded by rows",
+             "there JAX asks a gather from sharded indices, or along a sharded data axis, for "
+             "the sharding of its result. Give it as out_sharding= (a NamedSharding, or a "
+             "PartitionSpec under jax.set_mesh), make the mesh with axis_types=(AxisType.Auto, "
+             "...), reshard the inputs (jax.sharding.reshard), or use xgather.sharded.gather "
+             "for a table sharded by rows",
              f"data {_spec(data)}, indices {_spec(idx)}",
              {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
 
@@ -108,7 +147,7 @@ except ImportError:  # pragma: no cover - other JAX versions: their own error co
     _SHARDING_TYPE_ERROR = ()  # type: ignore[assignment,misc]
 
 
-def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, False),
+def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints = NO_HINTS,
                 grad=None, flag: bool = False, speculate: bool | None = None):
     """The traced body of every op: prepare the indices, then gather.
 
@@ -125,7 +164,7 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints=(False, 
 
 
 @functools.lru_cache(maxsize=2048)
-def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], grad=None):
+def compiled(plan: Plan, mode: str, fill_value, hints: Hints, grad=None):
     """One jitted function per (plan, mode, fill, hints, grad): same shapes never retrace."""
     def body(data, indices):
         with jax.named_scope(plan.op):
@@ -134,7 +173,7 @@ def compiled(plan: Plan, mode: str, fill_value, hints: tuple[bool, bool], grad=N
 
 
 @functools.lru_cache(maxsize=2048)
-def flagged(plan: Plan, fill_value, hints: tuple[bool, bool], grad=None, speculate=False):
+def flagged(plan: Plan, fill_value, hints: Hints, grad=None, speculate=False):
     """``"error"`` on concrete device indices: one jitted function returning ``(bad, out)``.
 
     ``bad`` is true if some index lies outside the spec's range (with
@@ -171,7 +210,8 @@ def throw(err) -> None:
 
 
 def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
-        indices_are_sorted: bool = False, unique_indices: bool = False, grad=None):
+        indices_are_sorted: bool = False, unique_indices: bool = False, grad=None,
+        out_sharding=None):
     """Run ``plan`` on ``data`` and ``indices`` in ``mode``; ``fill_value`` a Python scalar
     (as :func:`xgather._dtypes.fill_scalar` gives it: it keys the jit cache) or None.
 
@@ -179,7 +219,7 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     :func:`concrete_runner`); traced indices get a checkify check, and tracing
     stops with a clear error where nothing will functionalise that check.
     """
-    hints = (bool(indices_are_sorted), bool(unique_indices))
+    hints = Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
     if _dtypes.needs_host(data):
         if _dtypes.is_traced(indices):
             fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, "

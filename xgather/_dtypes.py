@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,8 @@ ArrayLike = Union[jax.typing.ArrayLike, Sequence[Any]]  # noqa: UP007 (a runtime
 #: What the ops give: a ``jax.Array``, or on the host path (strings; 64-bit data
 #: while x64 is off) a NumPy array of the data's dtype.
 Result = Union[jax.Array, np.ndarray]  # noqa: UP007
+#: Where a result lives (``out_sharding=``): None, or a sharding JAX's ``reshard`` takes.
+Sharding = Optional[Union[jax.sharding.NamedSharding, jax.sharding.PartitionSpec]]  # noqa: UP007,UP045
 
 INT32_INDICES = ("int32", "int64")
 ANY_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

@@ -12,13 +12,15 @@ program, with the same checks and errors.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from xgather import _apply, _dtypes, _modes
-from xgather._errors import fail
+from xgather._errors import XGatherTypeError, fail
 
 #: Signature -> runner, filled by :func:`call`; :func:`xgather._apply.clear_caches` empties it.
 RUNNERS: dict = {}
@@ -62,6 +64,8 @@ def signature(op, args: tuple, kwargs: dict):
         fill = kwargs.get("fill_value")
         if isinstance(fill, _INEXACT) and _dtypes.negative_zero(fill):
             return None  # -0.0 == 0.0 as a key: the uncached path fills the sign given
+        if isinstance(kwargs.get("out_sharding"), PartitionSpec):
+            return None  # its mesh is the context's, which the key does not hold
         return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()),
                 tuple(map(type, attrs)), tuple(map(type, kwargs.values())),
                 _modes.current_default(), _dtypes.x64())
@@ -176,8 +180,47 @@ def settle(plan, data, indices, allowed, mode, fill_value, spec_default="error")
     return sh, mode, fill_value, check, _dtypes.index_array(plan.op, indices, allowed, sh, check)
 
 
+def check_out_sharding(plan, out_sharding, data, sh) -> None:
+    """``out_sharding`` is None, a ``NamedSharding``, or a ``PartitionSpec`` with a mesh in
+    context, of at most the output's rank, for a result on devices."""
+    if out_sharding is None:
+        return
+    if isinstance(out_sharding, PartitionSpec):
+        mesh = jax.sharding.get_abstract_mesh()
+        if mesh.empty:
+            fail(plan.op, "out_sharding as a PartitionSpec needs a mesh in context "
+                 "(with jax.set_mesh(mesh): ...); or give a NamedSharding", repr(out_sharding), sh)
+    elif isinstance(out_sharding, NamedSharding):
+        mesh = out_sharding.mesh.abstract_mesh
+    else:
+        fail(plan.op, "out_sharding must be a jax.sharding.NamedSharding or PartitionSpec",
+             f"{type(out_sharding).__module__}.{type(out_sharding).__qualname__}".removeprefix(
+                 "builtins."), sh,
+             kind=XGatherTypeError)
+    spec = out_sharding if isinstance(out_sharding, PartitionSpec) else out_sharding.spec
+    if len(spec) > len(plan.out_shape):
+        fail(plan.op, "out_sharding's spec has more entries than the result has dims",
+             f"{spec} for a result of shape {plan.out_shape}", sh)
+    names = [n for entry in spec if entry is not None
+             for n in (entry if isinstance(entry, tuple) else (entry,))]
+    unknown = [n for n in names if n not in mesh.axis_names]
+    if unknown:
+        fail(plan.op, "out_sharding names axes the mesh does not have",
+             f"{spec} on a mesh with axes {tuple(mesh.axis_names)}", sh)
+    for dim, entry in enumerate(spec):
+        parts = math.prod(mesh.shape[n] for n in (entry if isinstance(entry, tuple) else
+                                                  (entry,) if entry is not None else ()))
+        if plan.out_shape[dim] % parts:
+            fail(plan.op, "out_sharding must split each result dim into equal parts",
+                 f"{spec}: dim {dim} of size {plan.out_shape[dim]} into {parts} parts, for a "
+                 f"result of shape {plan.out_shape}", sh)
+    if _dtypes.needs_host(data):
+        fail(plan.op, "out_sharding places a result on devices; string data, and 64-bit data "
+             "while jax_enable_x64 is off, are gathered on the host", str(data_dtype(data)), sh)
+
+
 def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error",
-         indices_are_sorted=False, unique_indices=False, grad=None):
+         indices_are_sorted=False, unique_indices=False, grad=None, out_sharding=None):
     """Every frontend's last step: indices checked and converted, mode resolved, plan run.
 
     On the first eager call of a signature the runner is also cached.
@@ -188,11 +231,12 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
                        ("unique_indices", unique_indices)):
         if not isinstance(flag, bool | np.bool_):  # promises to XLA: no truthy guesses
             fail(plan.op, f"{name} must be a bool", repr(flag), sh)
+    check_out_sharding(plan, out_sharding, data, sh)
     key = getattr(_pending, "key", None)
     if key is not None and not _dtypes.needs_host(data):
         _pending.key = None  # the signature is settled here, for this call alone
         _dtypes.check_data(plan.op, data, sh)
-        hints = (bool(indices_are_sorted), bool(unique_indices))
+        hints = _apply.Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
         gather = _apply.concrete_runner(plan, mode, fill_value, hints, grad, idx)
         runner = gather
         if isinstance(indices, np.ndarray):
@@ -202,4 +246,4 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
         RUNNERS[key] = runner
         return gather(data, idx)  # idx: converted above already
     return _apply.run(plan, data, idx, mode, fill_value, indices_are_sorted=indices_are_sorted,
-                      unique_indices=unique_indices, grad=grad)
+                      unique_indices=unique_indices, grad=grad, out_sharding=out_sharding)

@@ -443,6 +443,20 @@ def any_bad(plan, indices, blocked: bool = True):
     return _any(jnp.logical_not(valid(plan, indices, jnp)), blocked, pad=not plan.small)
 
 
+def replicated(x):
+    """``x``, replicated where it is sharded over a mesh's Explicit axes: there JAX asks
+    every indexed read for its result's sharding, and the report reads single values."""
+    try:
+        sharding = jax.typeof(x).sharding
+        explicit = sharding.mesh.explicit_axes
+    except AttributeError:  # pragma: no cover - other JAX versions
+        return x
+    if explicit and any(entry is not None for entry in sharding.spec):
+        return jax.sharding.reshard(x, jax.sharding.NamedSharding(sharding.mesh,
+                                                                  jax.sharding.PartitionSpec()))
+    return x
+
+
 def check(plan, indices, bad=None) -> None:
     """Emit the checkify check: op, the first bad index as given, its position, the range.
 
@@ -460,6 +474,7 @@ def check(plan, indices, bad=None) -> None:
     if current_style() != "report":
         checkify.check(jnp.logical_not(bad), f"{plan.op}: an index may be out of range")
         return
+    indices = replicated(indices)
     if indices.size <= _EAGER_REPORT:
         report = _report_args(plan, indices, jnp)
     else:

@@ -10,7 +10,7 @@ there to choose.
 from __future__ import annotations
 
 from xgather import _apply, _dtypes, _plan
-from xgather._dtypes import ArrayLike, Result
+from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._frontend import call, int_attr, shapes
 from xgather._modes import Mode
 
@@ -47,7 +47,7 @@ def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002
 
 @_apply.planned(_gather_nd_plan)
 def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int = 0, *,  # noqa: A002
-              mode: Mode | None = None, fill_value=None) -> Result:
+              mode: Mode | None = None, fill_value=None, out_sharding: Sharding = None) -> Result:
     """``BNNSGatherND``: ``indices`` is a set of lookup vectors along its last axis.
 
     A lookup vector of length ``k`` shorter than the rank gathers the slice
@@ -57,6 +57,7 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
       input: array of shape ``(b..., d...)``.
       indices: int32/int64 array of shape ``(b..., q..., k)``, each entry in ``[0, d_j - 1]``.
       batch_dimension_count: leading dimensions of ``input`` and ``indices`` that pair up.
+      mode, fill_value, out_sharding: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)``.
@@ -67,13 +68,12 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
     [[20.0, 21.0]]
     """
     plan = _gather_nd_plan(input, indices, batch_dimension_count)
-    return call(plan, input, indices, INDEX_DTYPES, mode,
-                fill_value)
+    return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_plan)
 def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_count: int = 0, *,  # noqa: A002
-           mode: Mode | None = None, fill_value=None) -> Result:
+           mode: Mode | None = None, fill_value=None, out_sharding: Sharding = None) -> Result:
     """BNNS gather along ``axis`` with ``batch_dimension_count`` leading batch dimensions.
 
     Returns:
@@ -85,13 +85,13 @@ def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_coun
     [[3], [4]]
     """
     plan = _gather_plan(input, indices, axis, batch_dimension_count)
-    return call(plan, input, indices, INDEX_DTYPES, mode,
-                fill_value)
+    return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_along_axis_plan)
 def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noqa: A002
-                      mode: Mode | None = None, fill_value=None) -> Result:
+                      mode: Mode | None = None, fill_value=None,
+                      out_sharding: Sharding = None) -> Result:
     """BNNS gather along an axis, element by element (``numpy.take_along_axis``).
 
     ``indices`` has ``input``'s shape except on ``axis``; the output has ``indices``' shape.
@@ -101,4 +101,4 @@ def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noq
     [[2], [3]]
     """
     return call(_gather_along_axis_plan(input, indices, axis), input, indices, INDEX_DTYPES, mode,
-                fill_value)
+                fill_value, out_sharding=out_sharding)

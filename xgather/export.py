@@ -43,6 +43,7 @@ While jax2onnx traces, the plugin gives every op of every spec (they all reach
   fits it). (jax2onnx 0.17.1 drops ``lax.gather``'s clip and fill modes on its
   ``GatherND`` lowering, so they are never left to it.)
 * No ``BitCast``, an ONNX op from opset 26 only, in any form.
+* ``out_sharding`` is left out: an ONNX graph does not place its values.
 
 xgather caches one jitted function per plan; a trace made while jax2onnx's
 patches are active would be reused by later eager calls, so the plugin clears
@@ -323,6 +324,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
     says the indices went through :func:`_onnx_range` already (the node's indices).
     """
     op_type = _node_type(plan)
+    options.pop("out_sharding", None)  # an ONNX graph places nothing: the runtime decides
     if mode == "error":
         if not _dtypes.is_traced(indices):
             _modes.host_check(plan, indices)  # indices known at export: the check, now

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from xgather import _apply, _dtypes, _plan
-from xgather._dtypes import ArrayLike, Result
+from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
 from xgather._frontend import call, negatives, shapes
 from xgather._modes import Mode
@@ -58,7 +58,8 @@ def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_n
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool = True,
            lda_coeff: float = 1.0, name: str | None = None, specified_outputs_name=None,
-           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> Result:
+           mode: Mode | None = None, fill_value=None, negative_indices: bool = True,
+           out_sharding: Sharding = None) -> Result:
     """LabVIEW ``Gather``: ONNX Gather-13 forward, a scaled (or no) gradient backward.
 
     Args:
@@ -68,7 +69,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
       training: ``False`` sends a zero gradient to ``data``.
       lda_coeff: multiplies the gradient sent to ``data``.
       name, specified_outputs_name: labels of the node and its output.
-      mode, fill_value, negative_indices: as for :func:`xgather.onnx.gather`.
+      mode, fill_value, negative_indices, out_sharding: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``data.shape[:axis] + (q...) + data.shape[axis+1:]``.
@@ -87,4 +88,4 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
                                                                 | np.floating):
         fail(plan.op, "lda_coeff must be a real number (known when tracing)", repr(lda_coeff))
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
-                grad=(bool(training), float(lda_coeff)))
+                grad=(bool(training), float(lda_coeff)), out_sharding=out_sharding)

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 
 from xgather import _apply, _dtypes, _plan
-from xgather._dtypes import ArrayLike, Result
+from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
 from xgather._frontend import call, int_attr, negatives, shapes
 from xgather._jaxonnxruntime import register_jaxonnxruntime  # noqa: F401 (re-exported)
@@ -90,16 +90,18 @@ def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
                                    negatives(op, negative_indices, sh), True), opset)
 
 
-def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique, negative):
+def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique, negative,
+          out_sharding):
     plan = planner(data, indices, *attrs, opset=opset, negative_indices=negative)
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
-                indices_are_sorted=sorted_, unique_indices=unique)
+                indices_are_sorted=sorted_, unique_indices=unique, out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
            mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-           unique_indices: bool = False, negative_indices: bool = True) -> Result:
+           unique_indices: bool = False, negative_indices: bool = True,
+           out_sharding: Sharding = None) -> Result:
     """ONNX ``Gather``: slices of ``data`` along ``axis`` picked by ``indices``.
 
     Args:
@@ -119,6 +121,11 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
         is out of range (an error, clamped to 0, or filled, as ``mode`` says).
         Every op of :mod:`xgather.onnx`, :mod:`xgather.openvino` and
         :mod:`xgather.labview` takes it (BNNS's range is ``[0, s-1]`` already).
+      out_sharding: where the result lives, as in ``jnp.ndarray.at[...].get``: a
+        ``NamedSharding``, or a ``PartitionSpec`` of the mesh set with
+        ``jax.set_mesh``. On a mesh's Explicit axes JAX needs it for a gather along
+        a sharded axis; the gather then runs on those axes made Auto (XLA chooses
+        the communication). Every op takes it.
 
     Returns:
       Array of shape ``d[:axis] + (q...) + d[axis+1:]`` with ``data``'s dtype.
@@ -129,13 +136,14 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
     """
     return _call(_gather_plan, data, indices, axis, opset=opset, mode=mode,
                  fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
-                 negative=negative_indices)
+                 negative=negative_indices, out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset: int = 13,
               mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-              unique_indices: bool = False, negative_indices: bool = True) -> Result:
+              unique_indices: bool = False, negative_indices: bool = True,
+              out_sharding: Sharding = None) -> Result:
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
     Args:
@@ -145,8 +153,8 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
       batch_dims: ``0 <= batch_dims < min(r, indices.ndim)``; opset 12 and later.
       opset: the model's opset_import, from 11 on (GatherND-11 at 11, -12 at 12,
         -13 from 13).
-      mode, fill_value, indices_are_sorted, unique_indices, negative_indices: as
-        for :func:`gather`.
+      mode, fill_value, indices_are_sorted, unique_indices, negative_indices,
+        out_sharding: as for :func:`gather`.
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)`` with ``data``'s dtype.
@@ -157,13 +165,14 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
     """
     return _call(_gather_nd_plan, data, indices, batch_dims, opset=opset, mode=mode,
                  fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
-                 negative=negative_indices)
+                 negative=negative_indices, out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
                     mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
-                    unique_indices: bool = False, negative_indices: bool = True) -> Result:
+                    unique_indices: bool = False, negative_indices: bool = True,
+                    out_sharding: Sharding = None) -> Result:
     """ONNX ``GatherElements``: ``out[i] = data[i_0, ..., indices[i], ..., i_{r-1}]``.
 
     Args:
@@ -173,8 +182,8 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
       axis: in ``[-r, r-1]``.
       opset: the model's opset_import, from 11 on (GatherElements-11 at 11-12,
         -13 from 13).
-      mode, fill_value, indices_are_sorted, unique_indices, negative_indices: as
-        for :func:`gather`.
+      mode, fill_value, indices_are_sorted, unique_indices, negative_indices,
+        out_sharding: as for :func:`gather`.
 
     Returns:
       Array of ``indices``' shape with ``data``'s dtype.
@@ -185,4 +194,4 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
     """
     return _call(_gather_elements_plan, data, indices, axis, opset=opset, mode=mode,
                  fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
-                 negative=negative_indices)
+                 negative=negative_indices, out_sharding=out_sharding)

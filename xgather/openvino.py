@@ -39,7 +39,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 from xgather import _apply, _dtypes, _plan
-from xgather._dtypes import ArrayLike, Result
+from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
 from xgather._frontend import call, int_attr, negatives, shapes, versioned
 from xgather._modes import Mode
@@ -110,7 +110,8 @@ def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **
 
 @_apply.planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
-           mode: Mode | None = None, fill_value=None, negative_indices: bool = True) -> Result:
+           mode: Mode | None = None, fill_value=None, negative_indices: bool = True,
+           out_sharding: Sharding = None) -> Result:
     """OpenVINO ``Gather``: ``data[:axis] + indices[batch_dims:] + data[axis+1:]``.
 
     Args:
@@ -122,6 +123,8 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
       version: 1, 7 or 8.
       negative_indices: ``False``: the range is ``[0, s-1]`` and no wrap is
         done (see :func:`xgather.onnx.gather`).
+      mode, fill_value, out_sharding: as for :func:`xgather.onnx.gather` (``mode=None``
+        is this spec's rule: zeros out of range).
 
     Returns:
       Array of shape ``data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]``.
@@ -133,13 +136,14 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
     """
     plan = _gather_plan(data, indices, axis, batch_dims, version=version,
                         negative_indices=negative_indices)
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, spec_default="fill")
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, spec_default="fill",
+                out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, version: int = 8,
               mode: Mode | None = None, fill_value=None,
-              negative_indices: bool = True) -> Result:
+              negative_indices: bool = True, out_sharding: Sharding = None) -> Result:
     """OpenVINO ``GatherND``: slices of ``data`` addressed by index tuples.
 
     Args:
@@ -147,7 +151,8 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
       indices: integer array of shape ``(b..., q..., k)``, ``k <= data.ndim - batch_dims``.
       batch_dims: ``0 <= batch_dims < min(data.ndim, indices.ndim)``.
       version: 5 (the output's batch dims folded into one) or 8 (kept).
-      negative_indices: as for :func:`gather`.
+      negative_indices, mode, fill_value, out_sharding: as for :func:`gather`
+        (``mode=None``: an out-of-range index is an error).
 
     Returns:
       Version 8: ``(b..., q..., d[k:]...)``; version 5: ``(prod(b), q..., d[k:]...)``.
@@ -158,24 +163,26 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
     """
     plan = _gather_nd_plan(data, indices, batch_dims, version=version,
                            negative_indices=negative_indices)
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value)
+    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
 @_apply.planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
                     mode: Mode | None = None, fill_value=None,
-                    negative_indices: bool = True) -> Result:
+                    negative_indices: bool = True, out_sharding: Sharding = None) -> Result:
     """OpenVINO ``GatherElements-6``: ``out[i] = data[i_0, .., indices[i], .., i_{r-1}]``.
 
     ``indices`` has ``data``'s shape except on ``axis``; the output has ``indices``' shape.
-    ``negative_indices``: as for :func:`gather`.
+    ``negative_indices``, ``mode``, ``fill_value``, ``out_sharding``: as for :func:`gather`
+    (``mode=None``: an out-of-range index is an error).
 
     >>> import xgather
     >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
     [[1, 1], [4, 3]]
     """
     plan = _gather_elements_plan(data, indices, axis, negative_indices=negative_indices)
-    return call(plan, data, indices, ELEMENTS_INDEX_DTYPES, mode, fill_value)
+    return call(plan, data, indices, ELEMENTS_INDEX_DTYPES, mode, fill_value,
+                out_sharding=out_sharding)
 
 
 # -- IR layers ----------------------------------------------------------------------------
@@ -204,7 +211,8 @@ class IRLayer:
     def op(self) -> str:
         return f"openvino.{self.type}-{self.version}"
 
-    def __call__(self, data, indices, axis=None, *, mode: Mode | None = None, fill_value=None):
+    def __call__(self, data, indices, axis=None, *, mode: Mode | None = None, fill_value=None,
+                 out_sharding: Sharding = None):
         attrs = dict(self.attrs)
         for port, x in enumerate((data, indices)):
             self._check_dims(f"input port {port}", self.inputs[port] if port < len(self.inputs)
@@ -216,13 +224,13 @@ class IRLayer:
                 fail(self.op, "the axis input (port 2) must be given: the IR holds it in a "
                      "separate Const layer", None)
             out = gather(data, indices, axis, attrs.get("batch_dims", 0), version=self.version,
-                         mode=mode, fill_value=fill_value)
+                         mode=mode, fill_value=fill_value, out_sharding=out_sharding)
         elif self.type == "GatherND":
             out = gather_nd(data, indices, attrs.get("batch_dims", 0), version=self.version,
-                            mode=mode, fill_value=fill_value)
+                            mode=mode, fill_value=fill_value, out_sharding=out_sharding)
         else:
             out = gather_elements(data, indices, attrs.get("axis", 0), mode=mode,
-                                  fill_value=fill_value)
+                                  fill_value=fill_value, out_sharding=out_sharding)
         self._check_dims("output port", self.output, tuple(out.shape))
         return out
 

@@ -116,7 +116,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
         # drops their gradient, so the sum over devices is the gather.
         j = jnp.where((j >= 0) & (j < local_rows), j, local_rows)
         local_plan = _plan.take_plan(plan.op, d.shape, j.shape, 0, 0, False)
-        part = _grad.gather(_apply.gather_prepared, local_plan, "fill", 0, (False, False), None,
+        part = _grad.gather(_apply.gather_prepared, local_plan, "fill", 0, _apply.NO_HINTS, None,
                             d, j)
         if batch == rows:
             return lax.psum_scatter(part, rows, scatter_dimension=0, tiled=True)

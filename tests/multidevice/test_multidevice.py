@@ -39,27 +39,30 @@ def collectives(hlo: str) -> list[tuple[str, str]]:
 # -- the plain ops under jit with sharded inputs -----------------------------------------------
 
 OPS = [
-    ("onnx.gather-axis0", lambda d, i: xgather.onnx.gather(d, i, 0),
+    ("onnx.gather-axis0", lambda d, i, **kw: xgather.onnx.gather(d, i, 0, **kw),
      lambda d, i: ref.gather(d, i, 0), (64, 16), lambda: RNG.integers(-64, 64, (16,))),
-    ("onnx.gather-axis1", lambda d, i: xgather.onnx.gather(d, i, 1),
+    ("onnx.gather-axis1", lambda d, i, **kw: xgather.onnx.gather(d, i, 1, **kw),
      lambda d, i: ref.gather(d, i, 1), (64, 16), lambda: RNG.integers(-16, 16, (16,))),
-    ("onnx.gather_nd", lambda d, i: xgather.onnx.gather_nd(d, i),
+    ("onnx.gather_nd", lambda d, i, **kw: xgather.onnx.gather_nd(d, i, **kw),
      lambda d, i: ref.gather_nd(d, i), (64, 16),
      lambda: np.stack([RNG.integers(0, 64, 16), RNG.integers(0, 16, 16)], -1)),
-    ("onnx.gather_nd-b1", lambda d, i: xgather.onnx.gather_nd(d, i, 1),
+    ("onnx.gather_nd-b1", lambda d, i, **kw: xgather.onnx.gather_nd(d, i, 1, **kw),
      lambda d, i: ref.gather_nd(d, i, 1), (16, 8, 4), lambda: RNG.integers(0, 8, (16, 3, 1))),
-    ("onnx.gather_elements", lambda d, i: xgather.onnx.gather_elements(d, i, 1),
+    ("onnx.gather_elements", lambda d, i, **kw: xgather.onnx.gather_elements(d, i, 1, **kw),
      lambda d, i: ref.gather_elements(d, i, 1), (16, 8), lambda: RNG.integers(-8, 8, (16, 5))),
-    ("openvino.gather-b1", lambda d, i: xgather.openvino.gather(d, i, 1, 1),
+    ("openvino.gather-b1", lambda d, i, **kw: xgather.openvino.gather(d, i, 1, 1, **kw),
      lambda d, i: ref.gather(d, i, 1, 1, oob="fill"), (16, 8, 4),
      lambda: RNG.integers(-9, 9, (16, 5))),
-    ("openvino.gather_nd5", lambda d, i: xgather.openvino.gather_nd(d, i, 1, version=5),
+    ("openvino.gather_nd5",
+     lambda d, i, **kw: xgather.openvino.gather_nd(d, i, 1, version=5, **kw),
      lambda d, i: ref.gather_nd(d, i, 1), (16, 8, 4), lambda: RNG.integers(0, 8, (16, 3, 1))),
-    ("openvino.gather_elements", lambda d, i: xgather.openvino.gather_elements(d, i, 0),
+    ("openvino.gather_elements",
+     lambda d, i, **kw: xgather.openvino.gather_elements(d, i, 0, **kw),
      lambda d, i: ref.gather_elements(d, i, 0), (16, 8), lambda: RNG.integers(0, 16, (8, 8))),
-    ("bnns.gather_nd", lambda d, i: xgather.bnns.gather_nd(d, i), lambda d, i: ref.gather_nd(
-        d, i, negative=False), (64, 16), lambda: RNG.integers(0, 16, (16, 1))),
-    ("labview.gather", lambda d, i: xgather.labview.gather(d, i, 0),
+    ("bnns.gather_nd", lambda d, i, **kw: xgather.bnns.gather_nd(d, i, **kw),
+     lambda d, i: ref.gather_nd(d, i, negative=False), (64, 16),
+     lambda: RNG.integers(0, 16, (16, 1))),
+    ("labview.gather", lambda d, i, **kw: xgather.labview.gather(d, i, 0, **kw),
      lambda d, i: ref.gather(d, i, 0), (64, 16), lambda: RNG.integers(-64, 64, (16, 2))),
 ]
 
@@ -109,6 +112,126 @@ def test_explicit_mesh_axes_ask_for_a_result_sharding(name, op, gref, dshape, ma
     d, i = put(data, mesh, P()), put(idx, mesh, P())
     np.testing.assert_array_equal(np.asarray(xgather.checked(jax.jit(op))(d, i)),
                                   gref(data, idx))
+
+
+def _inputs(name, dshape, make_idx, mesh):
+    """Data sharded by rows and indices by their first dim where 8 divides it (else
+    replicated), on ``mesh``; with the NumPy arrays."""
+    data = RNG.standard_normal(dshape).astype(np.float32)
+    idx = make_idx().astype(np.int32)
+    if name == "openvino.gather_elements":
+        idx = idx[:, :dshape[1]]
+    ispec = P("x") if idx.shape[0] % 8 == 0 else P()
+    return data, idx, put(data, mesh, P("x")), put(idx, mesh, ispec)
+
+
+def _unchecked(name):
+    """A mode that needs no checkify and gives the reference's result on OPS's indices:
+    OpenVINO Gather's own (zeros out of range), else clip (the indices are in range)."""
+    return None if name == "openvino.gather-b1" else "clip"
+
+
+@pytest.mark.parametrize("name, op, gref, dshape, make_idx", OPS, ids=[o[0] for o in OPS])
+@pytest.mark.parametrize("first", ["x", None], ids=["split", "replicated"])
+def test_out_sharding_runs_every_op_on_explicit_axes(name, op, gref, dshape, make_idx, first):
+    # JAX's remedy (jnp.ndarray.at[...].get(out_sharding=)) taken by every op: inputs
+    # sharded by rows on Explicit axes, which alone raise (above), now run, eagerly and
+    # under xgather.checked, and the result is placed as asked.
+    mesh = jax.make_mesh((8,), ("x",))
+    data, idx, d, i = _inputs(name, dshape, make_idx, mesh)
+    want = gref(data, idx)
+    spec = P(first) if want.shape[0] % 8 == 0 else P()
+    where = NamedSharding(mesh, spec)
+    for call in (lambda: op(d, i, out_sharding=where),
+                 lambda: xgather.checked(jax.jit(lambda d, i: op(d, i, out_sharding=where)))(d, i)):
+        out = call()
+        np.testing.assert_array_equal(np.asarray(out), want)
+        assert out.sharding.mesh.axis_types == (AxisType.Explicit,)
+        assert out.sharding.is_equivalent_to(where, out.ndim), out.sharding
+    with jax.set_mesh(mesh):  # a PartitionSpec of the mesh in context
+        out = jax.jit(lambda d, i: op(d, i, mode=_unchecked(name), out_sharding=spec))(d, i)
+    np.testing.assert_array_equal(np.asarray(out), want)
+
+
+@pytest.mark.parametrize("name, op, gref, dshape, make_idx",
+                         [o for o in OPS if o[0] in ("onnx.gather-axis0", "onnx.gather_elements",
+                                                     "labview.gather", "openvino.gather-b1")],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_out_sharding_gradients_on_explicit_axes(name, op, gref, dshape, make_idx):
+    # The cotangent's scatter-add runs where the gather did: against a NumPy scatter-add
+    # of the same cotangent through the reference's positions.
+    mesh = jax.make_mesh((8,), ("x",))
+    data, idx, d, i = _inputs(name, dshape, make_idx, mesh)
+    where = NamedSharding(mesh, P())
+    grad = jax.jit(jax.grad(lambda d, i: (op(d, i, mode=_unchecked(name),
+                                               out_sharding=where) ** 2).sum()))
+    got = np.asarray(grad(d, i))
+    positions = gref(np.arange(data.size, dtype=np.int64).reshape(data.shape), idx)
+    values = gref(data, idx)
+    want = np.zeros(data.size, np.float64)
+    keep = positions.ravel() >= 0 if name != "openvino.gather-b1" else \
+        np.asarray(ref.gather(np.ones(data.shape), idx, 1, 1, oob="fill")).ravel() > 0
+    np.add.at(want, positions.ravel()[keep], 2.0 * values.ravel()[keep].astype(np.float64))
+    np.testing.assert_allclose(got.ravel(), want, rtol=1e-6)
+
+
+def test_bound_errors_from_indices_sharded_on_explicit_axes():
+    # The report reads single values of the indices, which JAX refuses to index where they
+    # are sharded over Explicit axes: a replicated copy is read.
+    mesh = jax.make_mesh((8,), ("x",))
+    data = RNG.standard_normal((64, 16)).astype(np.float32)
+    idx = np.arange(16, dtype=np.int32)
+    idx[13] = 99
+    i = put(idx, mesh, P("x"))
+    where = NamedSharding(mesh, P("x"))
+    for dspec in (P("x"), P()):
+        f = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i, out_sharding=where)))
+        d = put(data, mesh, dspec)
+        with pytest.raises(xgather.OutOfBoundsError,
+                           match=r"index 99 at indices\[13\] is out of range \[-64, 63\]"):
+            f(d, i)
+        ok = idx % 16
+        np.testing.assert_array_equal(np.asarray(f(d, put(ok, mesh, P("x")))),
+                                      ref.gather(data, ok, 0))
+
+
+def test_out_sharding_on_auto_axes_constrains_the_result():
+    mesh = mesh1()
+    data = RNG.standard_normal((64, 16)).astype(np.float32)
+    idx = RNG.integers(-64, 64, 16).astype(np.int32)
+    for spec in (P(), P("x"), P(None, "x")):
+        f = jax.jit(lambda d, i, spec=spec: xgather.onnx.gather(
+            d, i, mode="clip", out_sharding=NamedSharding(mesh, spec)))
+        out = f(put(data, mesh, P("x")), put(idx, mesh, P("x")))
+        np.testing.assert_array_equal(np.asarray(out), ref.gather(data, idx, 0))
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, spec), 2)
+
+
+def test_out_sharding_mistakes_are_named():
+    mesh = jax.make_mesh((8,), ("x",))
+    d = put(np.zeros((64, 4), np.float32), mesh, P("x"))
+    i = put(np.zeros(8, np.int32), mesh, P("x"))
+    with jax.set_mesh(mesh):  # eagerly too; the mesh of a PartitionSpec is the context's,
+        out = xgather.onnx.gather(d, i, out_sharding=P("x"))  # so no cached call outlives it
+    assert out.sharding.is_equivalent_to(NamedSharding(mesh, P("x")), 2)
+    for where, message in [
+            (P("x"), r"as a PartitionSpec needs a mesh in context \(with jax\.set_mesh"),
+            (NamedSharding(mesh, P("x", None, None)),
+             r"spec has more entries than the result has dims; got P\('x', None, None\) for a "
+             r"result of shape \(8, 4\)"),
+            (NamedSharding(mesh, P(None, "x")),
+             r"split each result dim into equal parts; got P\(None, 'x'\): dim 1 of size 4 "
+             r"into 8 parts"),
+            ("x", r"must be a jax\.sharding\.NamedSharding or PartitionSpec; got str")]:
+        with pytest.raises(xgather.XGatherError,
+                           match=r"onnx\.Gather-13: out_sharding.*" + message):
+            xgather.onnx.gather(d, i, out_sharding=where)
+    other = jax.make_mesh((4, 2), ("a", "b"))
+    with jax.set_mesh(other), pytest.raises(xgather.XGatherError,
+                                            match=r"names axes the mesh does not have; got "
+                                                  r"P\('x',\) on a mesh with axes \('a', 'b'\)"):
+        xgather.onnx.gather(np.zeros((64, 4), np.float32), np.zeros(8, np.int32),
+                            out_sharding=P("x"))
 
 
 # -- the row-sharded lookup --------------------------------------------------------------------
