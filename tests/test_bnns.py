@@ -70,11 +70,28 @@ def test_bad_inputs():
         bnns.gather_nd(VALUES, np.array([1], np.int16))
     with pytest.raises(xgather.XGatherError,
                        match=r"bnns\.GatherND: indices\.shape\[-1\] must be in "
-                             r"\[1, data\.ndim - batch_dims = 3\]"):
+                             r"\[1, data\.ndim - batch_dimension_count = 3\]"):
         bnns.gather_nd(VALUES, np.zeros((1, 4), np.int32))
-    with pytest.raises(xgather.XGatherError, match=r"bnns\.Gather: batch_dims \(1\) must be <= "
+    with pytest.raises(xgather.XGatherError, match=r"bnns\.Gather: batch_dimension_count \(1\) "
+                                                    r"must be <= "
                                                     r"axis \(0\)"):
         bnns.gather(VALUES, np.zeros((3, 1), np.int32), 0, 1)
     with pytest.raises(xgather.XGatherError, match=r"bnns\.GatherAlongAxis: indices\.shape\[0\] "
                                                     r"must be == data\.shape\[0\]"):
         bnns.gather_along_axis(VALUES, np.zeros((2, 2, 2), np.int32), 1)
+
+
+def test_errors_name_the_batch_dimension_count_as_bnns_does():
+    x, i = np.zeros((3, 2, 2), np.float32), np.array([[1], [0], [1]], np.int32)
+    for call, message in [
+            (lambda: xgather.bnns.gather_nd(x, i, batch_dimension_count=-1),
+             r"bnns\.GatherND: batch_dimension_count must be a non-negative int; "
+             r"got batch_dimension_count=-1"),
+            (lambda: xgather.bnns.gather_nd(x, i, batch_dimension_count=2),
+             r"batch_dimension_count must be < min\(data\.ndim, indices\.ndim\) = 2"),
+            (lambda: xgather.bnns.gather(x, i, 1, batch_dimension_count=-1),
+             r"bnns\.Gather: batch_dimension_count must be in \[0, indices\.ndim=2\]"),
+            (lambda: xgather.bnns.gather(x, i, 1, batch_dimension_count=2),
+             r"batch_dimension_count \(2\) must be <= axis \(1\)")]:
+        with pytest.raises(xgather.XGatherError, match=message):
+            call()

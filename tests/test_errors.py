@@ -21,7 +21,7 @@ BAD = [
      r"\[data\.shape=\(2, 3, 4\), indices\.shape=\(2,\)\]"),
     ("axis-too-small", EL, (D, np.zeros((2, 3, 4), np.int64), -4), {}, XGatherError,
      r"onnx\.GatherElements-13: axis must be in \[-3, 2\]"),
-    ("axis-not-int", G, (D, I64, 1.0), {}, XGatherError, r"axis must be a Python int"),
+    ("axis-not-int", G, (D, I64, 1.0), {}, XGatherError, r"axis must be an int"),
     ("batch-dims-too-big", ND, (D, np.zeros((2, 3), np.int64), 2), {}, XGatherError,
      r"onnx\.GatherND-13: batch_dims must be < min\(data\.ndim, indices\.ndim\) = 2; "
      r"got batch_dims=2 \[data\.shape=\(2, 3, 4\), indices\.shape=\(2, 3\)\]"),
@@ -71,6 +71,9 @@ BAD = [
      r"index -5 at indices\[0, 0, 0\] is out of range \[-4, 3\] .* \(6 out-of-range"),
     ("empty-axis", G, (np.zeros((2, 0)), np.array([0]), 1), {}, OutOfBoundsError,
      r"index 0 at indices\[0\] is out of range: data axis 1 has size 0, so no index is in range"),
+    ("nd-empty-axis", ND, (np.zeros((3, 0, 2)), np.array([[5, 0]])), {}, OutOfBoundsError,
+     r"index 5 at indices\[0, 0\] is out of range for data axis 0 of size 3: data axis 1 has "
+     r"size 0, so no index tuple is in range \(2 out-of-range"),
 ]
 BAD[21] = ("negative-oob", G, (D, np.array([-3, -5, 9]), 2), {}, OutOfBoundsError,
            r"^onnx\.Gather-13: index -5 at indices\[1\] is out of range \[-4, 3\] "

@@ -68,7 +68,7 @@ def test_ir_layer_round_trip():
     assert_same(out, ref.gather(data, idx, 1, 1, oob="fill"))
     assert_same(out, ov_oracle.run("Gather", 7, data, idx, axis=1, batch_dims=1))
     again = ov.from_ir_layer(layer.to_xml())
-    assert again == layer
+    assert again == layer and again.id == "7" and again.name == "gather7"
     with pytest.raises(xgather.XGatherError, match=r"declares input port 1 dims \[2, 32, 21\]"):
         layer(data, idx[:, :5], axis=1)
     with pytest.raises(xgather.XGatherError, match="axis input"):
@@ -344,6 +344,12 @@ BAD_IR = [
     ("two-outputs", '<layer type="GatherND" version="opset8"><output><port id="2"/>'
                     '<port id="3"/></output></layer>',
      r"^openvino\.GatherND-8: a gather layer has one output port; got 2 ports"),
+    ("four-inputs", '<layer type="Gather" version="opset8"><input><port id="0"/><port id="1"/>'
+                    '<port id="2"/><port id="3"/></input></layer>',
+     r"^openvino\.Gather-8: the layer takes 2 or 3 input ports; got 4 ports"),
+    ("axis-port-on-nd", '<layer type="GatherND" version="opset8"><input><port id="0"/>'
+                        '<port id="1"/><port id="2"/></input></layer>',
+     r"^openvino\.GatherND-8: the layer takes 2 input ports; got 3 ports"),
 ]
 
 
@@ -358,3 +364,29 @@ def test_ir_layer_without_axis_input_refuses_one():
     with pytest.raises(xgather.XGatherError, match=r"^openvino\.GatherND-8: only a Gather "
                                                    r"layer takes an axis input \(port 2\); got 1"):
         layer(np.zeros((2, 3), np.float32), np.zeros((1, 1), np.int64), 1)
+
+
+def test_ir_ports_without_dims_are_scalars_or_of_dynamic_rank():
+    # OpenVINO writes both without <dim>: such a port declares nothing to check.
+    openvino = pytest.importorskip("openvino")
+    import openvino.opset8 as o8
+    data = o8.parameter(openvino.PartialShape.dynamic(), openvino.Type.f32)
+    idx = o8.parameter(openvino.PartialShape.dynamic(), openvino.Type.i32)
+    model = openvino.Model([o8.gather_nd(data, idx)], [data, idx])
+    xml = pytest.importorskip("tempfile").mkdtemp() + "/dynamic.xml"
+    openvino.save_model(model, xml)
+    root = __import__("xml.etree.ElementTree", fromlist=["parse"]).parse(xml).getroot()
+    layer = ov.from_ir_layer(next(e for e in root.iter("layer") if e.get("type") == "GatherND"))
+    assert layer.inputs == (None, None) and layer.output is None
+    d, i = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([[1], [-1]], np.int32)
+    assert_same(layer(d, i), ref.gather_nd(d, i))
+    assert ov.from_ir_layer(layer.to_xml()) == layer
+
+
+def test_ir_axis_port_dims_are_checked():
+    layer = ov.from_ir_layer('<layer type="Gather" version="opset8"><input><port id="0"/>'
+                             '<port id="1"/><port id="2"><dim>1</dim></port></input></layer>')
+    d, i = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([2, -1], np.int32)
+    assert_same(layer(d, i, np.array([1])), ref.gather(d, i, 1, oob="fill"))
+    with pytest.raises(xgather.XGatherError, match=r"declares input port 2 dims \[1\]; got \[\]"):
+        layer(d, i, 1)

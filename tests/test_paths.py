@@ -63,11 +63,27 @@ def test_cached_calls_follow_the_default_mode_and_their_arguments():
     assert_same(G(data, idx, 0, mode="fill", fill_value=-1.0),
                 ref.gather(data, idx, oob="fill", fill=-1))
     # True == 1 as a dict key: the type keeps bool attributes apart from ints.
-    with pytest.raises(xgather.XGatherError, match="axis must be a Python int"):
+    with pytest.raises(xgather.XGatherError, match="axis must be an int"):
         G(data.reshape(2, 3), np.array([0], np.int64), True)
     G(data.reshape(2, 3), np.array([0], np.int64), 1)
-    with pytest.raises(xgather.XGatherError, match="axis must be a Python int"):
+    with pytest.raises(xgather.XGatherError, match="axis must be an int"):
         G(data.reshape(2, 3), np.array([0], np.int64), True)
+
+
+@pytest.mark.parametrize("axis", [np.int64(1), np.int32(-1), np.array(1)], ids=repr)
+def test_every_op_takes_a_numpy_integer_axis(axis):
+    d = np.arange(12, dtype=np.float32).reshape(3, 4)
+    i1, i2 = np.array([3, 0], np.int32), np.array([[3], [0], [2]], np.int32)
+    assert_same(xgather.onnx.gather(d, i1, axis), ref.gather(d, i1, 1))
+    assert_same(xgather.labview.gather(d, i1, axis=axis), ref.gather(d, i1, 1))
+    assert_same(xgather.openvino.gather(d, i1, axis), ref.gather(d, i1, 1, oob="fill"))
+    assert_same(xgather.bnns.gather(d, i1, axis), ref.gather(d, i1, 1))
+    for op in (xgather.onnx.gather_elements, xgather.openvino.gather_elements,
+               xgather.bnns.gather_along_axis):
+        assert_same(op(d, i2, axis=axis), np.take_along_axis(d, i2, 1))
+    for bad in (np.True_, np.float64(1.0), np.array([1])):
+        with pytest.raises(xgather.XGatherError, match="axis must be an int"):
+            xgather.onnx.gather(d, i1, bad)
 
 
 def test_cached_calls_keep_64_bit_index_checks():

@@ -346,6 +346,12 @@ def _report_format(plan, ndim: int) -> str:
     if not plan.index_vector and plan.bounds[0] == 0:  # not "[-0, -1]"
         return (f"{plan.op}: index {value} at {where} is out of range: data axis {axis} has "
                 f"size 0, so no index is in range ({count} out-of-range value(s) in indices)")
+    if 0 in plan.bounds:  # index tuples: the reported component's range may be empty
+        empty = ", ".join(str(a) for a, s in zip(plan.index_axes, plan.bounds, strict=True)
+                          if s == 0)
+        return (f"{plan.op}: index {value} at {where} is out of range for data axis {axis} of "
+                f"size {size}: data axis {empty} has size 0, so no index tuple is in range "
+                f"({count} out-of-range value(s) in indices)")
     return (f"{plan.op}: index {value} at {where} is out of range [{lo}, {hi}] "
             f"for data axis {axis} of size {size} ({count} out-of-range value(s) in indices)")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 
 import jax
 from jax import lax
@@ -170,18 +171,31 @@ def normalize_axis(op: str, axis: int, rank: int, shapes, name: str = "axis") ->
     """``axis`` in ``[-rank, rank-1]`` made non-negative, else a spec error."""
     if rank < 1:
         fail(op, "data must have rank >= 1", f"rank {rank}", shapes)
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        fail(op, f"{name} must be a Python int", repr(axis), shapes)
+    try:  # Python and NumPy integers (0-d arrays too), not bools, floats or tracers
+        if isinstance(axis, bool) or type(axis).__name__ == "bool":
+            raise TypeError
+        axis = operator.index(axis)
+    except TypeError:
+        fail(op, f"{name} must be an int (a Python or NumPy integer)", repr(axis), shapes)
     if not -rank <= axis < rank:
         fail(op, f"{name} must be in [{-rank}, {rank - 1}] for data of rank {rank}",
              f"{name}={axis}", shapes)
     return axis + rank if axis < 0 else axis
 
 
+#: The batch-dimension attribute's name where a spec does not call it ``batch_dims``.
+_BATCH_NAMES = {"bnns.Gather": "batch_dimension_count", "bnns.GatherND": "batch_dimension_count"}
+
+
+def _batch(op: str) -> str:
+    """What ``op``'s spec calls its batch-dimension count, for error messages."""
+    return _BATCH_NAMES.get(op, "batch_dims")
+
+
 def _check_batch_shapes(op: str, data_shape: Shape, indices_shape: Shape, b: int, shapes) -> None:
     # Exact equality, dimension by dimension: equal products are not enough.
     if data_shape[:b] != indices_shape[:b]:
-        fail(op, f"the first batch_dims={b} dimensions of data and indices must be equal",
+        fail(op, f"the first {_batch(op)}={b} dimensions of data and indices must be equal",
              f"{data_shape[:b]} and {indices_shape[:b]}", shapes)
 
 
@@ -212,10 +226,11 @@ def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batc
     if not 0 <= axis < r:
         fail(op, f"axis must be in [0, {r - 1}]", f"axis={axis}", shapes)
     if b < 0 or b > len(indices_shape):
-        fail(op, f"batch_dims must be in [0, indices.ndim={len(indices_shape)}]",
-             f"batch_dims={b}", shapes)
+        fail(op, f"{_batch(op)} must be in [0, indices.ndim={len(indices_shape)}]",
+             f"{_batch(op)}={b}", shapes)
     if b > axis:
-        fail(op, f"batch_dims ({b}) must be <= axis ({axis}) after normalisation", None, shapes)
+        fail(op, f"{_batch(op)} ({b}) must be <= axis ({axis}) after normalisation", None,
+             shapes)
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
     d, q, a = data_shape[b:], indices_shape[b:], axis - b
     out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
@@ -263,14 +278,14 @@ def _nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int, 
         fail(op, "indices must have rank >= 1 (the last dimension holds the index tuples)",
              f"rank {q}", shapes)
     if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-        fail(op, "batch_dims must be a non-negative int", f"batch_dims={b!r}", shapes)
+        fail(op, f"{_batch(op)} must be a non-negative int", f"{_batch(op)}={b!r}", shapes)
     if b >= min(q, r):
-        fail(op, f"batch_dims must be < min(data.ndim, indices.ndim) = {min(q, r)}",
-             f"batch_dims={b}", shapes)
+        fail(op, f"{_batch(op)} must be < min(data.ndim, indices.ndim) = {min(q, r)}",
+             f"{_batch(op)}={b}", shapes)
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
     k = indices_shape[-1]
     if not 1 <= k <= r - b:
-        fail(op, f"indices.shape[-1] must be in [1, data.ndim - batch_dims = {r - b}]",
+        fail(op, f"indices.shape[-1] must be in [1, data.ndim - {_batch(op)} = {r - b}]",
              f"indices.shape[-1]={k}", shapes)
     d, qq = data_shape[b:], indices_shape[b:-1]
     dn = lax.GatherDimensionNumbers(

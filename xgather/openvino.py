@@ -196,16 +196,19 @@ class IRLayer:
     """A gather layer of an OpenVINO IR, callable on arrays.
 
     ``inputs`` and ``output`` hold the port dims the IR declares (``None`` for a
-    dynamic dim); a call checks its arrays against them.
+    dynamic dim; a port of ``None``, one without ``<dim>``, is a scalar or of
+    dynamic rank, which the IR does not tell apart); a call checks its arrays
+    against them.
     """
 
     type: str
     version: int
     opset: str
     attrs: tuple[tuple[str, int], ...]
-    inputs: tuple[tuple[int | None, ...], ...]
+    inputs: tuple[tuple[int | None, ...] | None, ...]
     output: tuple[int | None, ...] | None
     name: str | None = None
+    id: str | None = None
 
     @property
     def op(self) -> str:
@@ -223,6 +226,8 @@ class IRLayer:
             if axis is None:
                 fail(self.op, "the axis input (port 2) must be given: the IR holds it in a "
                      "separate Const layer", None)
+            if len(self.inputs) > 2:
+                self._check_dims("input port 2", self.inputs[2], _dtypes.shape_of(axis))
             out = gather(data, indices, axis, attrs.get("batch_dims", 0), version=self.version,
                          mode=mode, fill_value=fill_value, out_sharding=out_sharding)
         elif self.type == "GatherND":
@@ -242,22 +247,26 @@ class IRLayer:
             fail(self.op, f"the IR declares {where} dims {list(declared)}", str(list(got)))
 
     def to_xml(self) -> str:
-        """The ``<layer>`` element again (ids and names as parsed)."""
-        layer = ET.Element("layer", {"type": self.type, "version": self.opset,
-                                     **({"name": self.name} if self.name else {})})
+        """The ``<layer>`` element again: its id, name, type, version, attributes and
+        port dims as parsed. Ports are numbered from 0 in order (inputs, then the
+        output); their precisions and names are not kept."""
+        layer = ET.Element("layer", {**({"id": self.id} if self.id is not None else {}),
+                                     **({"name": self.name} if self.name else {}),
+                                     "type": self.type, "version": self.opset})
         if self.attrs:
             ET.SubElement(layer, "data", {k: str(v) for k, v in self.attrs})
         ports = ET.SubElement(layer, "input")
         for i, dims in enumerate(self.inputs):
-            port = ET.SubElement(ports, "port", {"id": str(i)})
-            for d in dims:
-                ET.SubElement(port, "dim").text = "-1" if d is None else str(d)
+            _port(ports, i, dims)
         if self.output is not None:
-            port = ET.SubElement(ET.SubElement(layer, "output"), "port",
-                                 {"id": str(len(self.inputs))})
-            for d in self.output:
-                ET.SubElement(port, "dim").text = "-1" if d is None else str(d)
+            _port(ET.SubElement(layer, "output"), len(self.inputs), self.output)
         return ET.tostring(layer, encoding="unicode")
+
+
+def _port(parent, i: int, dims) -> None:
+    port = ET.SubElement(parent, "port", {"id": str(i)})
+    for d in dims or ():
+        ET.SubElement(port, "dim").text = "-1" if d is None else str(d)
 
 
 def _ir_int(op: str, what: str, text) -> int:
@@ -267,9 +276,11 @@ def _ir_int(op: str, what: str, text) -> int:
         fail(op, f"{what} must be an integer", repr(text))
 
 
-def _dims(op: str, port) -> tuple[int | None, ...]:
-    dims = (_ir_int(op, "a port's <dim>", d.text) for d in port.findall("dim"))
-    return tuple(None if d < 0 else d for d in dims)
+def _dims(op: str, port) -> tuple[int | None, ...] | None:
+    """A port's dims (None for a dynamic one); None for a port without ``<dim>``, which
+    OpenVINO writes for a scalar and for a dynamic rank alike."""
+    dims = tuple(_ir_int(op, "a port's <dim>", d.text) for d in port.findall("dim"))
+    return tuple(None if d < 0 else d for d in dims) if dims else None
 
 
 #: The attributes of each IR layer's <data> element, by op version (None: required).
@@ -319,8 +330,12 @@ def from_ir_layer(layer) -> IRLayer:
             fail(op, f"the <data> attribute {name} is required", None)
     attrs = tuple(sorted((k, _ir_int(op, f"attribute {k}", v)) for k, v in given.items()))
     inputs = tuple(_dims(op, p) for p in layer.findall("input/port"))
+    ports = (2, 3) if kind == "Gather" else (2,)
+    if inputs and len(inputs) not in ports:
+        fail(op, f"the layer takes {' or '.join(map(str, ports))} input ports",
+             f"{len(inputs)} ports")
     outs = layer.findall("output/port")
     if len(outs) > 1:
         fail(op, "a gather layer has one output port", f"{len(outs)} ports")
     return IRLayer(kind, versions[-1], opset, attrs, inputs,
-                   _dims(op, outs[0]) if outs else None, layer.get("name"))
+                   _dims(op, outs[0]) if outs else None, layer.get("name"), layer.get("id"))
