@@ -519,6 +519,74 @@ def test_wide_indices_clip_and_fill_export(mode):
                                                    fill=-7.5))
 
 
+@pytest.mark.parametrize("op", ["gather", "gather_nd"])
+def test_wide_indices_unsigned_fill_exports(op):
+    # OpenVINO's index types include uint64 (the x64 run): the fill's select runs on int64
+    # there, since onnxruntime has no uint64 Where.
+    unsigned = np.uint64 if X64 else np.uint32
+    idx = np.asarray([0, 2, 7, np.iinfo(unsigned).max], unsigned)
+    fn = (P(xgather.openvino.gather, axis=0) if op == "gather" else
+          lambda d, i: xgather.openvino.gather_nd(d, i[:, None], mode="fill"))
+    model = xgather.export.to_onnx(fn, [DATA_X, idx], opset=21, enable_double_precision=X64)
+    want = reference.gather(DATA_X, idx.astype(object), 0, oob="fill")
+    np.testing.assert_array_equal(_run_x(model, (DATA_X, idx)), want)
+
+
+@pytest.mark.parametrize("dtype, coeff", [(np.float16, None), (np.float32, 0.5)],
+                         ids=["float16", "labview"])
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_forward_mode_exports_on_the_plain_path(dtype, coeff, mode):
+    # xgather's own derivative (16-bit sums, LabVIEW's coeff) exports under jvp in the
+    # modes that export as plain ops: its indices get no float0 tangent.
+    data = DATA.astype(dtype)
+    tangent = (DATA * 3 - 1).astype(dtype)
+    idx = np.asarray([0, -1, 5, 2], IDX)
+    if coeff is None:
+        fn = P(xgather.onnx.gather, axis=1, mode=mode)
+    else:
+        fn = P(xgather.labview.gather, axis=1, mode=mode, lda_coeff=coeff)
+    model = xgather.export.to_onnx(lambda d, t, i: jax.jvp(lambda x: fn(x, i), (d,), (t,)),
+                                   [data, tangent, idx], opset=21)
+    sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+    names = [x.name for x in sess.get_inputs()]
+    out, tan = sess.run(None, dict(zip(names, (data, tangent, idx), strict=True)))
+    np.testing.assert_array_equal(out, reference.gather(data, idx, 1, oob=mode))
+    np.testing.assert_array_equal(tan, reference.gather(tangent, idx, 1, oob=mode)
+                                  * (coeff or 1))
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill", None])
+@pytest.mark.parametrize("dshape, ishape", [((2, 3, 4), (0,)), ((0, 3, 4), (2,))],
+                         ids=["no-indices", "no-rows"])
+def test_empty_results_along_an_inner_axis_export(mode, dshape, ishape):
+    data, idx = np.ones(dshape, np.float32), np.zeros(ishape, IDX)
+    fn = P(xgather.openvino.gather, axis=1, mode=mode)
+    model = xgather.export.to_onnx(fn, [data, idx], opset=21)
+    got = _ort(model, (data, idx))
+    assert got.shape == dshape[:1] + ishape + dshape[2:] == np.asarray(fn(data, idx)).shape
+
+
+def test_clip_into_an_empty_axis_fails_at_export_as_eagerly():
+    data, idx = np.ones((0, 4), np.float32), np.asarray([0, 1], IDX)
+    fn = P(xgather.onnx.gather, axis=0, mode="clip")
+    for call in (lambda: fn(data, idx), lambda: xgather.export.to_onnx(fn, [data, idx])):
+        with pytest.raises(xgather.XGatherError, match=r'mode="clip" cannot clamp into an axis '
+                                                       r"of size 0"):
+            call()
+
+
+def test_symbolic_dims_are_a_clear_error():
+    inputs = [jax.ShapeDtypeStruct((5, 3), np.float32), jax.ShapeDtypeStruct(("B",), IDX)]
+    with pytest.raises(xgather.XGatherError,
+                       match=r"^onnx\.Gather-13: every dim of indices must be known when tracing "
+                             r".*got indices\.shape=\(B,\)"):
+        xgather.export.to_onnx(P(xgather.onnx.gather, mode="clip"), inputs, opset=21)
+    assert xgather.export.to_onnx(P(xgather.onnx.gather, mode="clip"),
+                                  [np.ones((5, 3), np.float32), np.zeros(2, IDX)],
+                                  opset=np.int64(21)).opset_import[0].version == 21
+
+
 @pytest.mark.subprocess
 @pytest.mark.skipif(X64, reason="already the x64 run")
 def test_error_default_with_x64_on():

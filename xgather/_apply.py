@@ -92,10 +92,7 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
         data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
     if 0 in plan.bounds:
         # No position exists on an empty axis: every index is out of range.
-        if mode == "clip" and idx.size:
-            fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
-                 f"index axes {plan.index_axes}",
-                 {"data": plan.data_shape, "indices": plan.indices_shape})
+        no_clamp_into_nothing(plan, mode, idx)
         # full_like keeps data's weak type, as the gather does
         return lax.full_like(data, fill, shape=plan.gather_shape).reshape(plan.out_shape)
     start = idx if plan.index_vector else idx[..., None]
@@ -132,6 +129,14 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
              "for a table sharded by rows",
              f"data {_spec(data)}, indices {_spec(idx)}",
              {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+
+
+def no_clamp_into_nothing(plan: Plan, mode: str, indices) -> None:
+    """``"clip"`` has no position to clamp to where an indexed axis has size 0."""
+    if mode == "clip" and 0 in plan.bounds and np.size(indices):
+        fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
+             f"index axes {plan.index_axes}",
+             {"data": plan.data_shape, "indices": plan.indices_shape})
 
 
 def _spec(x) -> str:

@@ -71,6 +71,11 @@ def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
             shape = np.shape(x)
         except ValueError as e:  # a ragged nested list
             raise XGatherError(f"{op}: {name} must be a rectangular nested list ({e})") from None
+    if not all(isinstance(n, int | np.integer) for n in shape):
+        # jax.export's symbolic dims ("B"): a plan's gather is built from known sizes
+        raise XGatherError(f"{op}: every dim of {name} must be known when tracing (a plan is "
+                           f"made for static shapes, not symbolic ones); got {name}.shape="
+                           f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})")
     return tuple(int(n) for n in shape)
 
 

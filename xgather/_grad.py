@@ -63,11 +63,15 @@ def _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     return gather_prepared(plan, mode, fill_value, hints, data, idx)
 
 
-@_custom.defjvp
 def _custom_jvp(gather_prepared, plan, mode, fill_value, hints, grad, primals, tangents):
     data, idx = primals
-    t_data, _ = tangents
+    t_data, _ = tangents  # symbolic zeros: the indices' float0 tangent is never made
     out = _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+    if isinstance(t_data, jax.custom_derivatives.SymbolicZero):
+        t_data = jnp.zeros(t_data.shape, t_data.dtype)
     # Linear in t_data (filled slots have tangent 0), so JAX can transpose it for
     # reverse mode.
     return out, tangent(lambda t: gather_prepared(plan, mode, 0, hints, t, idx), t_data, grad)
+
+
+_custom.defjvp(_custom_jvp, symbolic_zeros=True)

@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -305,6 +306,8 @@ def _plain(plan, mode: str, fill_value, data, idx):
         pad = jnp.full(data.shape[:ax] + (1,) + data.shape[ax + 1:],
                        0 if fill_value is None else fill_value, data.dtype)
         data = jnp.concatenate([data, pad], axis=ax)
+        if np.dtype(idx.dtype) == np.uint64:  # onnxruntime's Where takes no uint64; the
+            idx = idx.astype(np.int64)  # valid ones fit int64, and the rest are replaced
         first = np.zeros(idx.shape[-1:] if plan.index_vector else (), np.int64)
         first[(0,) if plan.index_vector else ()] = plan.bounds[0]
         sentinel = jnp.broadcast_to(jnp.asarray(first, idx.dtype), idx.shape)
@@ -336,8 +339,11 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
             return _guarded(run, plan, data, indices, options, in_onnx_range)
     if node and op_type and mode == "promise_in_bounds" and _spec_op(plan).startswith("onnx."):
         return _node(op_type, run, plan, data, indices, mode, fill_value, options)
-    if 0 in plan.bounds and not (mode == "clip" and np.size(indices)):
-        # Nothing to index: every index is out of range, and the op fills (clip raises).
+    _apply.no_clamp_into_nothing(plan, mode, indices)
+    if 0 in plan.bounds or not math.prod(plan.out_shape):
+        # Nothing to index (every index is out of range, and the op fills), or nothing to
+        # write: the result is known (jax2onnx's GatherND, where the plain form would go,
+        # rejects empty batch dims).
         fill = 0 if fill_value is None else fill_value
         return jnp.full(plan.out_shape, fill, jnp.asarray(data).dtype)
     if mode != "promise_in_bounds":  # clamped or sent to the fill slot: no longer promises
@@ -530,14 +536,15 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
     >>> [n.op_type for n in model.graph.node]                         # doctest: +SKIP
     ['Gather']
     """
-    if isinstance(opset, bool) or not isinstance(opset, int) or opset < _MIN_OPSET:
+    if isinstance(opset, bool | np.bool_) or not isinstance(opset, int | np.integer) or \
+            opset < _MIN_OPSET:
         fail("xgather.export.to_onnx", f"opset must be an int, {_MIN_OPSET} or later (the nodes "
              "xgather writes need GatherElements (11), GatherND's batch_dims (12) and "
              "bfloat16 (13); 17 to 21 are tested)", repr(opset))
     register_jax2onnx()
     import jax2onnx
 
-    return jax2onnx.to_onnx(fn, inputs, opset=opset, **kwargs)
+    return jax2onnx.to_onnx(fn, inputs, opset=int(opset), **kwargs)
 
 
 _MIN_OPSET = 13
