@@ -196,6 +196,10 @@ def run(args) -> dict:
         shapes[key] = {"data": list(data.shape), "indices": list(idx.shape),
                        "dtype": w.dtype, "indices_drawn": w.indices}
         fns = systems.build(w, data, idx, device, {**peers, **gpu_ok}, chosen)
+        if not fns:
+            progress.done(f"[{n}/{len(keys)}] {key} {w.title}: skipped, no chosen system "
+                          "runs it")
+            continue
         # Each JAX system runs once at other shapes first, so that what a process pays
         # once (imports, first traces of a code path) is not charged to whichever
         # system's first call comes first: first calls then compare per-shape costs.
@@ -226,9 +230,10 @@ def run(args) -> dict:
                                               on_round=rounds_note("check-cost round"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
-        moved = w.moved_bytes(size)
         for name in fns:
-            gbps = moved / medians[name] / 1e9
+            # JAX reads int32 indices without x64 (jax_inputs); the peers read int64 ones
+            jax32 = name.startswith(("xgather", "lax")) and not jax.config.jax_enable_x64
+            gbps = w.moved_bytes(size, 4 if jax32 else 8) / medians[name] / 1e9
             r_roof = device_roof if name.startswith(on_device) else host_roof
             results.append({"workload": key, "title": w.title, "system": name,
                             "samples_s": samples[name], "median_s": medians[name],
@@ -295,6 +300,24 @@ def _run_both(args, argv) -> dict:
     return merged
 
 
+def _rounds(text: str) -> int:
+    n = int(text)
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"needs 2 or more rounds for a median and a spread; "
+                                         f"got {n}")
+    return n
+
+
+def _load(parser, path: str) -> dict:
+    """A record, or the parser's one-line error (exit code 2) naming the file and why."""
+    try:
+        return rec.load(path)
+    except OSError as e:
+        parser.error(f"cannot read {path}: {e.strerror or e}")
+    except ValueError as e:  # json.JSONDecodeError too
+        parser.error(f"{path} is not an xgather-bench record: {e}")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["compare"]:
@@ -302,7 +325,7 @@ def main(argv=None) -> int:
         p.add_argument("a")
         p.add_argument("b")
         a = p.parse_args(argv[1:])
-        print(rec.compare(rec.load(a.a), rec.load(a.b)))
+        print(rec.compare(_load(p, a.a), _load(p, a.b)))
         return 0
     if argv[:1] == ["sharded"]:
         p = argparse.ArgumentParser(prog="xgather-bench sharded")
@@ -312,6 +335,10 @@ def main(argv=None) -> int:
                        help="cpu (the default): that many fake host devices; another platform "
                             "(gpu, tpu): its own devices")
         a = p.parse_args(argv[1:])
+        rows = 8192 if a.quick else 65536
+        if a.devices < 1 or rows % a.devices:
+            p.error(f"--devices must divide the table's {rows} rows (1, 2, 4, 8, ...); "
+                    f"got {a.devices}")
         if "jax" not in sys.modules:  # the platform and device count precede JAX's start
             os.environ["JAX_PLATFORMS"] = a.platform  # also where it says cuda (.ci/gpu)
             if a.platform == "cpu":
@@ -327,7 +354,11 @@ def main(argv=None) -> int:
         p.add_argument("record")
         p.add_argument("--out", required=True)
         a = p.parse_args(argv[1:])
-        rec.plot(rec.load(a.record), a.out)
+        record = _load(p, a.record)
+        try:
+            rec.plot(record, a.out)
+        except (OSError, ValueError) as e:  # no such folder, a format matplotlib lacks
+            p.error(f"cannot write {a.out}: {e}")
         print(f"wrote {a.out}")
         return 0
     p = argparse.ArgumentParser(prog="xgather-bench", description=__doc__,
@@ -343,7 +374,8 @@ def main(argv=None) -> int:
                    "openvino, torch; on a GPU torch-cuda, cupy (default: all installed, "
                    "on a GPU those on the GPU)")
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
-    p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (samples)")
+    p.add_argument("--repeats", type=_rounds, default=None,
+                   help="interleaved rounds (samples), 2 or more (default 15; 7 with --quick)")
     p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
                    help="keep: xgather.keep_large_allocations() first (the default on CPU); "
                         "default: glibc as it comes; both: each in its own process")
@@ -352,6 +384,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.repeats is None:
         args.repeats = 7 if args.quick else 15
+    if args.systems:
+        unknown = sorted(set(args.systems.split(",")) - set(systems.NAMES))
+        if unknown:
+            p.error(f"unknown systems {unknown}; choose from {', '.join(systems.NAMES)}")
+    if args.json:  # found out now, not after a run of many minutes
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"--json {args.json}: no writable folder {folder}")
     record = _run_both(args, argv) if args.allocator == "both" else run(args)
     if not args.no_table:
         print(rec.table(record))

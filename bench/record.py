@@ -92,7 +92,10 @@ def record_check_costs(record: dict) -> list[dict]:
 
 def load(path) -> dict:
     with open(path) as f:
-        return validate(json.load(f))
+        record = json.load(f)
+    if not isinstance(record, dict):
+        raise ValueError(f"a JSON {type(record).__name__}, not an object")
+    return validate(record)
 
 
 def save(record: dict, path) -> None:
@@ -118,6 +121,10 @@ def table(record: dict) -> str:
         lines.append(f"{name:<34} {r['system']:<18} {_ms(r['median_s'])} "
                      f"{100 * r['spread']:6.1f}% {r['gbps']:7.1f} {r['pct_roof']:6.1f} "
                      f"{r['ratio_to_best']:6.2f} {r['first_call_s'] * 1e3:8.1f}")
+    lines.append("spread: interquartile range / median; GB/s: the bytes a gather must move "
+                 "(int32 indices where JAX runs without x64) / median; %roof: of the fastest "
+                 "copy above; /best: median / the fastest system's; 1st: the first call (JAX: "
+                 "trace, compile and run; peers: their first run, after an untimed build)")
     costs = record_check_costs(record)
     if costs:
         alone = any(c.get("rounds_of") == "the pair alone" for c in costs)
@@ -134,25 +141,55 @@ def table(record: dict) -> str:
     return "\n".join(lines)
 
 
+def _shape(record: dict, workload: str):
+    """What a workload ran on: its shapes and dtype where the record holds them, else the
+    record's size name."""
+    w = record.get("workloads", {}).get(workload)
+    return (w["data"], w["indices"], w.get("dtype")) if w else record["size"]
+
+
+def _same_shapes(a: dict, b: dict, workload: str) -> bool:
+    if "workloads" in a and "workloads" in b:
+        return _shape(a, workload) == _shape(b, workload)
+    return a["size"] == b["size"]
+
+
+def _settings(record: dict) -> dict:
+    return {"size": record["size"], "x64": record.get("x64"),
+            "allocator": record.get("allocator")}
+
+
 def compare(a: dict, b: dict) -> str:
-    """Median of B over median of A for every (workload, system) both records have."""
+    """Median of B over median of A for every (workload, system) both records have, where
+    the workload ran on the same shapes in both (the others are listed, not compared)."""
     ia = {(r["workload"], r["system"]): r for r in a["results"]}
-    lines = [f"B/A median ratios (A: {a['device']['kind']} {a['date']}, "
-             f"B: {b['device']['kind']} {b['date']}); < 1 means B is faster",
-             f"{'workload':<8} {'system':<18} {'A ms':>9} {'B ms':>9} {'B/A':>6}"]
-    shared = 0
+    lines = [f"B/A median ratios (A: {a['device']['kind']} {a['date']} size={a['size']}, "
+             f"B: {b['device']['kind']} {b['date']} size={b['size']}); < 1 means B is faster"]
+    sa, sb = _settings(a), _settings(b)
+    differ = [f"{k} (A {sa[k]}, B {sb[k]})" for k in sa if sa[k] != sb[k]]
+    if differ:
+        lines.append("the records differ in " + "; ".join(differ))
+    lines.append(f"{'workload':<8} {'system':<18} {'A ms':>9} {'B ms':>9} {'B/A':>6}")
+    shared, unlike = 0, []
     for r in b["results"]:
         key = (r["workload"], r["system"])
         if key in ia:
+            if not _same_shapes(a, b, key[0]):
+                if key[0] not in unlike:
+                    unlike.append(key[0])
+                continue
             shared += 1
             ra = ia[key]
             lines.append(f"{key[0]:<8} {key[1]:<18} {_ms(ra['median_s'])} {_ms(r['median_s'])} "
                          f"{r['median_s'] / ra['median_s']:6.2f}")
     if not shared:
-        lines.append("(no workload/system pair in common)")
+        lines.append("(no workload/system pair in common on the same shapes)")
+    for w in unlike:
+        lines.append(f"not compared: {w} ran on other shapes (A {_shape(a, w)}, "
+                     f"B {_shape(b, w)})")
     ca = {(c["workload"], c["system"]): c for c in record_check_costs(a)}
     both = [(ca[(c["workload"], c["system"])], c) for c in record_check_costs(b)
-            if (c["workload"], c["system"]) in ca]
+            if (c["workload"], c["system"]) in ca and _same_shapes(a, b, c["workload"])]
     if both:
         lines += ["", f"check cost ({DEFAULT} / {PROMISE}, paired rounds) in A and B",
                   f"{'workload':<8} {'system':<18} {'A':>6} {'B':>6} {'1st A':>6} {'1st B':>6}"]

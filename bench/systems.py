@@ -247,6 +247,9 @@ def torch_runner(w, data, idx, threads: int) -> Runner:
 # -- Peers on the same GPU --------------------------------------------------------------------
 
 GPU_PEERS = ("torch-cuda", "cupy")
+#: What ``--systems`` takes: ``xgather`` brings both of its modes, a peer each of its
+#: thread counts (and torch-cuda its embedding form).
+NAMES = ("xgather", "lax", "numpy", "onnxruntime", "openvino", "torch", *GPU_PEERS)
 
 
 def gpu_peers() -> dict[str, str | None]:

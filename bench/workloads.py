@@ -85,12 +85,16 @@ class Workload:
         a, b = self.axis % len(dshape), self.batch_dims
         return int(np.prod(dshape[:a])) * int(np.prod(ishape[b:])) * int(np.prod(dshape[a + 1:]))
 
-    def moved_bytes(self, size: str) -> int:
-        """Bytes a gather must move: the output read and written once, the indices read."""
-        _, ishape = self.shapes(size)
-        out = self.output_elements(size)
-        moved = 2 * out * self.np_dtype().itemsize + int(np.prod(ishape)) * 8
-        return 2 * moved if self.op == "grad" else moved
+    def moved_bytes(self, size: str, index_bytes: int = 8) -> int:
+        """Bytes a gather must move: the output read and written once, the indices read
+        (``index_bytes`` each: 4 where JAX runs without x64). The gradient: that twice
+        (the cotangent's rows read and added back), and the dense gradient written once."""
+        dshape, ishape = self.shapes(size)
+        item = self.np_dtype().itemsize
+        moved = 2 * self.output_elements(size) * item + int(np.prod(ishape)) * index_bytes
+        if self.op == "grad":
+            return 2 * moved + int(np.prod(dshape)) * item
+        return moved
 
 
 def _w(key, title, op, quick, default, large, gpu, tiny, **kw):

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -165,7 +166,8 @@ def test_compare_shows_the_check_cost_of_both_records():
 
 def test_table_lists_every_result():
     text = record.table(_record())
-    assert "W1 t" in text and text.count("\n") == 3
+    assert "W1 t" in text and text.count("\n") == 4  # header, columns, 2 results, the key
+    assert text.splitlines()[-1].startswith("spread: interquartile range / median")
 
 
 def test_missing_peers_are_skipped():
@@ -220,6 +222,10 @@ def test_quick_run_end_to_end(tmp_path):
     assert {"xgather", "xgather[promise]", "lax", "numpy"} <= {r["system"] for r in
                                                                rec["results"]}
     assert all(len(r["samples_s"]) == 3 and r["median_s"] > 0 for r in rec["results"])
+    for r in rec["results"]:  # GB/s: the bytes each system's indices take, over its median
+        jax32 = r["system"] in ("xgather", "xgather[promise]", "lax") and not rec["x64"]
+        moved = WORKLOADS[r["workload"]].moved_bytes("quick", 4 if jax32 else 8)
+        assert r["gbps"] == pytest.approx(moved / r["median_s"] / 1e9, rel=1e-9)
     assert "W10 GatherElements" in proc.stdout
     for name, ok in systems.available().items():
         assert (f"skipping {name}" in proc.stderr) != ok
@@ -390,7 +396,8 @@ def test_gradient_variants_draw_repeated_or_unique_rows():
         data, idx = WORKLOADS[key].arrays("default")
         assert len(np.unique(idx)) == idx.size == 8192
     assert WORKLOADS["W9r-bf16"].arrays("quick")[0].dtype == ml_dtypes.bfloat16
-    assert WORKLOADS["W9r-bf16"].moved_bytes("quick") == 2 * (2 * 1024 * 512 * 2 + 1024 * 8)
+    assert WORKLOADS["W9r-bf16"].moved_bytes("quick") == \
+        2 * (2 * 1024 * 512 * 2 + 1024 * 8) + 6250 * 512 * 2
 
 
 def _fake_gpu():
@@ -467,3 +474,37 @@ def test_the_torch_cuda_peer_code_agrees_with_numpy_on_the_cpu(key):
     assert (emb is not None) == (key in ("W1", "W8") or w.op == "grad")
     if emb is not None:
         np.testing.assert_allclose(_as_f32(emb()), want, rtol=tol, atol=tol)
+
+
+def test_mistakes_are_one_line_errors_before_any_run(tmp_path):
+    # Checked before the roof and the warm-up: exit code 2 and argparse's one-line message.
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"schema": ')
+    cases = [(["--systems", "xgather,foo"], "unknown systems ['foo']"),
+             (["--repeats", "1"], "needs 2 or more rounds"),
+             (["--json", str(tmp_path / "no" / "run.json")], "no writable folder"),
+             (["compare", str(tmp_path / "none.json"), str(listed)], "cannot read"),
+             (["compare", str(listed), str(listed)], "not an xgather-bench record: a JSON list"),
+             (["plot", str(cut), "--out", str(tmp_path / "x.png")], "not an xgather-bench record"),
+             (["sharded", "--devices", "3"], "--devices must divide the table's 65536 rows")]
+    for args, message in cases:
+        proc = subprocess.run([sys.executable, "-m", "xgather_bench", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr[-500:])
+        assert message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_compare_skips_workloads_that_ran_on_other_shapes():
+    base = json.loads((Path(record.__file__).parent / "results" /
+                       "cpu-2core-2026-11-24-main-job.json").read_text())
+    other = json.loads(json.dumps(base))
+    other["size"] = "quick"
+    other["workloads"]["W10"]["data"] = [256, 1024]
+    text = record.compare(base, other)
+    assert "the records differ in size (A default, B quick)" in text
+    assert "not compared: W10 ran on other shapes (A ([1024, 1024]" in text
+    medians = text.split("\n\n")[0]
+    rows = [ln.split() for ln in medians.splitlines() if ln[:1] == "W" and ln[1].isdigit()]
+    assert rows and all(r[-1] == "1.00" for r in rows) and not any(r[0] == "W10" for r in rows)
