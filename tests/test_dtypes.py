@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -120,6 +121,13 @@ def test_table(dtype, op):
     assert isinstance(got, np.ndarray) == host, type(got)
 
 
+def test_bytes_keep_their_dtype_where_filled():
+    data = np.array([b"ab", b"cd", b"e"])
+    for out in (xgather.openvino.gather(data, [5, 1], 0),
+                xgather.onnx.gather(data, [5, 1], mode="fill")):
+        assert out.dtype == data.dtype and out.tolist() == [b"", b"cd"]
+
+
 def test_strings_follow_the_same_semantics():
     words = np.array(["α", "bb", "ççç", "dddd"], dtype=object)
     assert xgather.onnx.gather(words, [-1, 0]).tolist() == ["dddd", "α"]
@@ -210,6 +218,24 @@ def test_int64_indices_beyond_int32_stay_out_of_range(op, mode):
         ct = np.arange(1, idx.size + 1, dtype=np.float32)
         g = jax.grad(lambda d: (fn(d, idx, mode=mode) * ct).sum())(data)
         np.testing.assert_array_equal(g, ref.scatter_add_take(data.shape, idx, ct, oob=mode))
+
+
+@pytest.mark.parametrize("value", [*BEYOND_INT32[:7], np.uint64(2**32 + 2), np.uint64(2**64 - 1)],
+                         ids=repr)
+def test_numpy_scalar_indices_beyond_int32(value):
+    # A NumPy scalar is narrowed as an array is (JAX would cut it to 32 bits): every mode
+    # treats it as the out-of-range index it is, on the side it is.
+    data = np.arange(10, dtype=np.float32)
+    # ONNX takes int32/int64 indices; OpenVINO any integer type
+    op = xgather.onnx.gather if value.dtype.kind == "i" else functools.partial(
+        xgather.openvino.gather, axis=0)
+    for mode in ("clip", "fill"):
+        want = ref.gather(data, np.asarray([value]).astype(object), oob=mode, fill=-1.0)[0]
+        assert op(data, value, mode=mode, fill_value=-1.0) == want
+    assert xgather.openvino.gather(data, value, 0) == 0
+    with pytest.raises(xgather.OutOfBoundsError, match=rf"index {int(value)} at indices "
+                                                       r"\(a scalar\) is out of range"):
+        op(data, value, mode="error")
 
 
 @pytest.mark.parametrize("mode", ["clip", "fill"])

@@ -464,3 +464,46 @@ def test_cached_eager_calls_keep_array_kinds_and_weak_types_apart():
                 G(d, put(np.array([0, 6], np.int32)))
     assert weak.dtype == data.dtype and weak.aval.weak_type
     assert len(_runners_for(G)) - before == 6
+
+
+def test_a_plain_jit_after_a_checked_report_still_names_the_remedies():
+    # The report program's traces (functionalised checks) are its own: a plain call of the
+    # same jitted function gets xgather's error, not JAX's "not functionalized" one.
+    d = np.arange(10, dtype=np.float32)
+    inner = jax.jit(lambda d, i: xgather.onnx.gather(d, i))
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 11 at indices\[0\]"):
+        xgather.checked(inner)(d, np.array([11]))
+    with pytest.raises(xgather.XGatherError, match=r"use xgather\.checked"):
+        inner(d, np.array([1]))
+
+
+def test_a_users_own_failed_check_is_not_an_index_error():
+    from jax.experimental import checkify
+
+    def f(d, i):
+        checkify.check(d.sum() < 0, "user says no")
+        return xgather.onnx.gather(d, i)
+
+    with pytest.raises(checkify.JaxRuntimeError, match="user says no") as info:
+        xgather.checked(f)(np.arange(3.0, dtype=np.float32), np.array([1]))
+    assert not isinstance(info.value, xgather.OutOfBoundsError)
+
+
+def test_eager_cache_is_bounded_and_skips_nan_fills():
+    from xgather import _frontend
+    d, i = jnp.arange(4.0), jnp.array([1, 9])
+    _frontend.RUNNERS.clear()
+    for _ in range(3):
+        out = xgather.onnx.gather(d, i, mode="fill", fill_value=float("nan"))
+        assert out[0] == 1.0 and np.isnan(out[1])
+    assert not _frontend.RUNNERS  # NaN != NaN: such keys would never be found again
+    size = _frontend.RUNNERS_MAX
+    try:
+        _frontend.RUNNERS_MAX = 3
+        for n in range(2, 9):
+            np.testing.assert_array_equal(
+                xgather.onnx.gather(jnp.arange(float(n)), i % n, mode="clip"),
+                ref.gather(np.arange(float(n)), np.asarray(i) % n, oob="clip"))
+            assert len(_frontend.RUNNERS) <= 3
+    finally:
+        _frontend.RUNNERS_MAX = size

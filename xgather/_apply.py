@@ -207,10 +207,13 @@ def clear_caches() -> None:
 
 
 def throw(err) -> None:
-    """Raise a checkify error as :class:`OutOfBoundsError` with xgather's message."""
+    """Raise a checkify error: xgather's bound report as :class:`OutOfBoundsError` with its
+    message, any other failed check (a user's own ``checkify.check``) as checkify raises it."""
     msg = err.get()
     if msg:
         msg = msg.split(" (`check` failed)")[0]
+        if not msg.endswith(_modes.REPORT_END):
+            err.throw()
         raise OutOfBoundsError(msg)
 
 
@@ -383,7 +386,11 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
              type(fn).__name__, kind=XGatherTypeError)
     jit_kw = dict(static_argnums=static_argnums, static_argnames=static_argnames)
     checkified = checkify.checkify(fn, errors=checkify.user_checks)
-    full = jax.jit(checkified, **jit_kw)
+    full_jit = jax.jit(checkified, **jit_kw)
+
+    def full(*args, **kwargs):
+        with _modes.check_style("full"):
+            return full_jit(*args, **kwargs)
 
     def traced(style):
         def flag_and_out(*args, **kwargs):

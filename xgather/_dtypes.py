@@ -229,6 +229,8 @@ def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None
     check_index_dtype(op, indices, allowed, shapes)
     if not hasattr(indices, "dtype"):
         indices = np.asarray(indices).astype(index_dtype(indices))
+    elif isinstance(indices, np.generic):  # a NumPy scalar: narrowed below as arrays are
+        indices = np.asarray(indices)
     dtype = np.dtype(indices.dtype)
     if isinstance(indices, np.ndarray) and dtype.itemsize == 8 and not x64():
         narrow = np.dtype(np.int32 if dtype.kind == "i" else np.uint32)
@@ -288,7 +290,8 @@ def host_gather(op: str, data: np.ndarray, run_positions, fill_value):
     dtype = data.dtype
     if (positions < 0).any():
         if fill_value is None:
-            fill_value = "" if data.dtype.kind in "USO" else 0  # "" is a string tensor's zero
+            # a string tensor's zero: "" ("" in bytes for bytes data, which keeps its dtype)
+            fill_value = b"" if data.dtype.kind == "S" else "" if data.dtype.kind in "UO" else 0
         fill = np.asarray(fill_value)
         if data.dtype.kind in "US":  # a longer fill string widens the result, never cut
             dtype = np.promote_types(data.dtype, fill.dtype)

@@ -24,6 +24,8 @@ from xgather._errors import XGatherTypeError, fail
 
 #: Signature -> runner, filled by :func:`call`; :func:`xgather._apply.clear_caches` empties it.
 RUNNERS: dict = {}
+#: At this many signatures the cache starts afresh (as ``compiled``'s holds 2048 programs).
+RUNNERS_MAX = 2048
 _pending = threading.local()  # the signature of the eager call being settled
 
 
@@ -62,8 +64,10 @@ def signature(op, args: tuple, kwargs: dict):
     attrs = args[2:]
     if kwargs:
         fill = kwargs.get("fill_value")
-        if isinstance(fill, _INEXACT) and _dtypes.negative_zero(fill):
-            return None  # -0.0 == 0.0 as a key: the uncached path fills the sign given
+        if isinstance(fill, _INEXACT) and (_dtypes.negative_zero(fill) or fill != fill):
+            # -0.0 == 0.0 as a key (the uncached path fills the sign given); NaN != NaN,
+            # so each call would add a key of its own
+            return None
         if isinstance(kwargs.get("out_sharding"), PartitionSpec):
             return None  # its mesh is the context's, which the key does not hold
         return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()),
@@ -201,13 +205,17 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
     if len(spec) > len(plan.out_shape):
         fail(plan.op, "out_sharding's spec has more entries than the result has dims",
              f"{spec} for a result of shape {plan.out_shape}", sh)
-    names = [n for entry in spec if entry is not None
+    names = [n for entry in spec if entry is not None and entry is not PartitionSpec.UNCONSTRAINED
              for n in (entry if isinstance(entry, tuple) else (entry,))]
+    if len(set(names)) < len(names):
+        fail(plan.op, "out_sharding names a mesh axis twice", str(spec), sh)
     unknown = [n for n in names if n not in mesh.axis_names]
     if unknown:
         fail(plan.op, "out_sharding names axes the mesh does not have",
              f"{spec} on a mesh with axes {tuple(mesh.axis_names)}", sh)
     for dim, entry in enumerate(spec):
+        if entry is PartitionSpec.UNCONSTRAINED:
+            continue
         parts = math.prod(mesh.shape[n] for n in (entry if isinstance(entry, tuple) else
                                                   (entry,) if entry is not None else ()))
         if plan.out_shape[dim] % parts:
@@ -243,6 +251,8 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
             def runner(data, indices):
                 return gather(data, _dtypes.index_array(plan.op, indices, allowed, sh,
                                                          check))
+        if len(RUNNERS) >= RUNNERS_MAX:  # a program's runners, not every shape ever seen
+            RUNNERS.clear()
         RUNNERS[key] = runner
         return gather(data, idx)  # idx: converted above already
     return _apply.run(plan, data, idx, mode, fill_value, indices_are_sorted=indices_are_sorted,

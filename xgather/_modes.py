@@ -117,14 +117,17 @@ def lax_mode(mode: str) -> lax.GatherScatterMode:
     return _LAX_MODE[mode]
 
 
-CHECK_STYLES = ("report", "flag", "speculate")
+CHECK_STYLES = ("report", "flag", "speculate", "full")
 
 
 def _style_state():
     """A JAX config state, part of every trace's cache key: how bound checks are traced.
 
     * ``"report"`` (the default): the check carries its report (first bad index,
-      position, count) and the result is exact.
+      position, count) and the result is exact. ``"full"`` is the same, for
+      :func:`xgather.checked`'s report program: its traces (which hold the
+      functionalised checks) are then never reused by a plain call of a jitted
+      function inside ``fn``, which keeps its own error that names the remedies.
     * ``"flag"``: a flag alone decides; :func:`xgather.checked` reruns with the
       report when it is set. Saves the report's tracing and compilation.
     * ``"speculate"``: where the wrap would take a branch, the flag is whether
@@ -331,6 +334,10 @@ def valid(plan, indices, xp):
     return valid
 
 
+#: How every report of a bad index ends (what tells it from a user's own checks).
+REPORT_END = "out-of-range value(s) in indices)"
+
+
 def _report_format(plan, ndim: int) -> str:
     """The message, with ``{0[k]}`` for the k-th value of the packed report."""
     slots = iter(range(ndim + 6))
@@ -477,7 +484,7 @@ def check(plan, indices, bad=None) -> None:
         return
     if bad is None:
         bad = any_bad(plan, indices)
-    if current_style() != "report":
+    if current_style() not in ("report", "full"):
         checkify.check(jnp.logical_not(bad), f"{plan.op}: an index may be out of range")
         return
     indices = replicated(indices)

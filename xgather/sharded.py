@@ -23,6 +23,7 @@ from collections.abc import Hashable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -100,6 +101,34 @@ def _check_device_data(plan, data) -> None:
     fail(plan.op, rule, name, sh, kind=XGatherTypeError)
 
 
+def _combine(part, reduce):
+    """``reduce`` (a sum over devices) of the parts, where one device holds each value and
+    the others zeros: summed as bits, so that every value comes back as it was (bools stay
+    bools; -0.0, subnormals and NaN payloads survive, which a float sum does not keep). The
+    tangent is the plain sum, linear for reverse mode."""
+    @jax.custom_jvp
+    def exact(p):
+        return _bit_sum(p, reduce)
+
+    @exact.defjvp
+    def _(primals, tangents):
+        return exact(primals[0]), reduce(tangents[0])
+
+    return exact(part)
+
+
+def _bit_sum(x, reduce):
+    dtype = np.dtype(x.dtype)
+    if dtype == np.bool_:
+        return reduce(x.astype(np.uint8)).astype(np.bool_)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return lax.complex(_bit_sum(jnp.real(x), reduce), _bit_sum(jnp.imag(x), reduce))
+    if jnp.issubdtype(dtype, jnp.floating):
+        bits = np.dtype(f"uint{8 * dtype.itemsize}")
+        return lax.bitcast_convert_type(reduce(lax.bitcast_convert_type(x, bits)), dtype)
+    return reduce(x)
+
+
 def _sharded(plan, mesh, rows, batch, mode, fill_value):
     n_rows = plan.data_shape[0]
     local_rows = n_rows // mesh.shape[rows]
@@ -119,8 +148,9 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
         part = _grad.gather(_apply.gather_prepared, local_plan, "fill", 0, _apply.NO_HINTS, None,
                             d, j)
         if batch == rows:
-            return lax.psum_scatter(part, rows, scatter_dimension=0, tiled=True)
-        return lax.psum(part, rows)
+            return _combine(part, lambda x: lax.psum_scatter(x, rows, scatter_dimension=0,
+                                                             tiled=True))
+        return _combine(part, lambda x: lax.psum(x, rows))
 
     body = jax.shard_map(local, mesh=mesh, in_specs=(P(rows, *tail), spec_i),
                          out_specs=spec_i)

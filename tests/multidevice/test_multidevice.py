@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
@@ -226,6 +227,9 @@ def test_out_sharding_mistakes_are_named():
         with pytest.raises(xgather.XGatherError,
                            match=r"onnx\.Gather-13: out_sharding.*" + message):
             xgather.onnx.gather(d, i, out_sharding=where)
+    with jax.set_mesh(mesh), pytest.raises(xgather.XGatherError,
+                                           match=r"names a mesh axis twice; got P\('x', 'x'\)"):
+        xgather.onnx.gather(d, i, out_sharding=P("x", "x"))
     other = jax.make_mesh((4, 2), ("a", "b"))
     with jax.set_mesh(other), pytest.raises(xgather.XGatherError,
                                             match=r"names axes the mesh does not have; got "
@@ -246,6 +250,29 @@ def test_sharded_lookup_is_exact(kind, batch):
     np.testing.assert_array_equal(np.asarray(out), ref.gather(data, idx, 0))
     spec = tuple(out.sharding.spec)
     assert spec[:1] == (batch,) if batch else all(a is None for a in spec)
+
+
+@pytest.mark.parametrize("batch", [None, "x"])
+def test_sharded_lookup_returns_every_value_bit_for_bit(batch):
+    # Each row has one owner and the others add zeros: a float sum would turn -0.0 into
+    # +0.0 and may flush subnormals, and a bool sum gives ints. Against NumPy's indexing.
+    mesh = mesh1(AxisType.Explicit)
+    idx = RNG.permutation(64)[:16].astype(np.int32)
+    f32 = RNG.standard_normal((64, 3)).astype(np.float32)
+    f32[idx[:4], 0] = [-0.0, 1e-45, -1e-45, np.nan]
+    f32.view(np.uint32)[idx[4], 1] = 0x7FC0_1234  # a NaN with a payload
+    cases = [f32, f32.astype(ml_dtypes.bfloat16), (f32 > 0),
+             RNG.integers(-128, 128, (64, 3)).astype(np.int8),
+             (f32 + 1j * np.where(f32 > 0, -0.0, f32)).astype(np.complex64)]
+    for data in cases:
+        out = np.asarray(xgather.sharded.gather(put(data, mesh, P("x")), idx, mesh, "x", batch,
+                                                mode="promise_in_bounds"))
+        assert out.dtype == data.dtype
+        want = data[idx]
+        if want.dtype.kind in "fcV":  # bits, not values: -0.0 and NaN payloads count
+            width = {8: np.uint64, 4: np.uint32, 2: np.uint16}[want.dtype.itemsize]
+            want, out = want.view(width), out.view(width)
+        np.testing.assert_array_equal(out, want)
 
 
 def test_sharded_lookup_on_a_2d_mesh_and_modes():
@@ -297,13 +324,13 @@ def test_no_device_holds_the_table():
     hlo = f.lower(data, idx).compile().as_text()
     kinds = collectives(hlo)
     assert ("all-gather", "s32[256]") in kinds  # the indices, not the table
-    assert not any(k == "all-gather" and s.startswith("f32") for k, s in kinds), kinds
-    assert ("reduce-scatter", "f32[32,64]") in kinds
+    assert not any(k == "all-gather" and s.startswith(("f32", "u32")) for k, s in kinds), kinds
+    assert ("reduce-scatter", "u32[32,64]") in kinds  # the float32 rows, summed as their bits
     # The gradient's scatter-add stays sharded: no all-gather of the table either.
     g = jax.jit(jax.grad(lambda d, i: (xgather.sharded.gather(d, i, mesh, "x", "x",
                                                                 mode="clip") ** 2).sum()))
     gk = collectives(g.lower(data, idx).compile().as_text())
-    assert not any(k == "all-gather" and s.startswith("f32[1024") for k, s in gk), gk
+    assert not any(k == "all-gather" and s.startswith(("f32[1024", "u32[1024")) for k, s in gk), gk
 
 
 def test_gradient_through_the_sharded_path():
