@@ -121,6 +121,26 @@ def test_table(dtype, op):
     assert isinstance(got, np.ndarray) == host, type(got)
 
 
+def test_host_path_data_inside_jit_is_a_clear_error():
+    for data in (np.array(["a", "b"]), np.arange(4.0)):
+        if data.dtype == np.float64 and X64:
+            continue  # JAX holds float64 then: no host path
+        f = jax.jit(lambda data=data: xgather.onnx.gather(data, np.array([1])))
+        with pytest.raises(xgather.XGatherTypeError, match=r"^onnx\.Gather-13: string data, and "
+                           r"64-bit data .* cannot run inside jax\.jit"):
+            f()
+
+
+def test_lists_of_numpy_integer_scalars_are_indices():
+    data = np.arange(4.0, dtype=np.float32)
+    for idx in ([np.uint32(1), np.uint8(3)], [np.int16(-1)], [np.uint64(2)]):
+        np.testing.assert_array_equal(xgather.openvino.gather(data, idx, 0),
+                                      data[[int(i) for i in idx]])
+    with pytest.raises(xgather.XGatherError, match=r"int64 and must fit it; got index value "
+                                                   r"9223372036854775808"):
+        xgather.openvino.gather(data, [np.uint64(2**63)], 0)
+
+
 def test_bytes_keep_their_dtype_where_filled():
     data = np.array([b"ab", b"cd", b"e"])
     for out in (xgather.openvino.gather(data, [5, 1], 0),

@@ -234,11 +234,17 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
                  "take the host path, which cannot run under a JAX transformation",
                  str(data.dtype), {"data": plan.data_shape, "indices": plan.indices_shape},
                  kind=XGatherTypeError)
-        return _dtypes.host_gather(
-            plan.op, data,
-            lambda iota, fill: run(plan, iota, indices, mode, fill, indices_are_sorted=False,
-                                   unique_indices=False),
-            fill_value if mode == "fill" else None)
+        try:
+            return _dtypes.host_gather(
+                plan.op, data,
+                lambda iota, fill: run(plan, iota, indices, mode, fill, indices_are_sorted=False,
+                                       unique_indices=False),
+                fill_value if mode == "fill" else None)
+        except jax.errors.TracerArrayConversionError:  # constant indices inside jax.jit
+            fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, take the "
+                 "host path, which cannot run inside jax.jit", str(data.dtype),
+                 {"data": plan.data_shape, "indices": plan.indices_shape},
+                 kind=XGatherTypeError)
     data = _dtypes.check_data(plan.op, data,
                               {"data": plan.data_shape, "indices": plan.indices_shape})
     if not _dtypes.is_traced(data, indices):

@@ -95,8 +95,11 @@ def _check_list_ints(op: str, indices, shapes) -> None:
     flat = np.asarray(indices, dtype=object).ravel()
     if flat.size and all(isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
                          for v in flat):
-        fail(op, "Python int indices are int64 and must fit it",
-             f"index value {max(flat.tolist(), key=abs)}", shapes)
+        info = np.iinfo(np.int64)
+        beyond = [int(v) for v in flat if not info.min <= int(v) <= info.max]
+        if beyond:  # (a list of NumPy unsigned scalars in range is uint too: it fits)
+            fail(op, "Python int indices are int64 and must fit it",
+                 f"index value {max(beyond, key=abs)}", shapes)
 
 
 def check_index_dtype(op: str, indices, allowed, shapes=None) -> None:
