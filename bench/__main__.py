@@ -283,11 +283,15 @@ def _run_both(args, argv) -> dict:
             r = rec.load(out)
         for res in r["results"]:
             res["system"] += f" @{setting}"
+        roofs = {f"{k} @{setting}": v for k, v in r["roof"].items()}  # each row's own
         if merged is None:
             merged = r
-            merged["allocator"] = {"both": True}
+            merged["allocator"] = {"both": True, setting: r["allocator"]}
+            merged["roof"] = roofs
         else:
             merged["results"] += r["results"]
+            merged["allocator"][setting] = r["allocator"]
+            merged["roof"].update(roofs)
     by_w = {}
     for res in merged["results"]:
         by_w.setdefault(res["workload"], []).append(res)

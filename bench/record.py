@@ -107,18 +107,24 @@ def _ms(s):
     return f"{s * 1e3:9.3f}"
 
 
+def _system_width(*records: dict) -> int:
+    """The system column's width: 18, or the longest name (``onnxruntime 2t @default``)."""
+    return max([18] + [len(r["system"]) for rec in records for r in rec["results"]])
+
+
 def table(record: dict) -> str:
     """One line per workload and system: median, spread, GB/s, % of roof, ratio to best."""
+    sw = _system_width(record)
     lines = [f"device: {record['device']['kind']} ({record['device']['platform']}), "
              f"{record['device']['cores']} cores, size={record['size']}, roof: "
              + ", ".join(f"{k} {v:.1f} GB/s" for k, v in record["roof"].items()),
-             f"{'workload':<34} {'system':<18} {'median ms':>9} {'spread':>7} {'GB/s':>7} "
+             f"{'workload':<34} {'system':<{sw}} {'median ms':>9} {'spread':>7} {'GB/s':>7} "
              f"{'%roof':>6} {'/best':>6} {'1st ms':>8}"]
     last = None
     for r in record["results"]:
         name = f"{r['workload']} {r['title']}" if r["workload"] != last else ""
         last = r["workload"]
-        lines.append(f"{name:<34} {r['system']:<18} {_ms(r['median_s'])} "
+        lines.append(f"{name:<34} {r['system']:<{sw}} {_ms(r['median_s'])} "
                      f"{100 * r['spread']:6.1f}% {r['gbps']:7.1f} {r['pct_roof']:6.1f} "
                      f"{r['ratio_to_best']:6.2f} {r['first_call_s'] * 1e3:8.1f}")
     lines.append("spread: interquartile range / median; GB/s: the bytes a gather must move "
@@ -131,12 +137,12 @@ def table(record: dict) -> str:
         lines += ["", f"check cost: {DEFAULT} (the spec's default) / {PROMISE}, median of "
                   "per-round ratios" + (" (rounds of the pair alone)" if alone else "")
                   + "; first call: trace, compile and run",
-                  f"{'workload':<34} {'system':<18} {'default/promise':>15} {'spread':>7} "
+                  f"{'workload':<34} {'system':<{sw}} {'default/promise':>15} {'spread':>7} "
                   f"{'first call':>10}"]
         titles = {r["workload"]: r["title"] for r in record["results"]}
         for c in costs:
             name = f"{c['workload']} {titles.get(c['workload'], '')}"
-            lines.append(f"{name:<34} {c['system']:<18} {c['ratio']:15.2f} "
+            lines.append(f"{name:<34} {c['system']:<{sw}} {c['ratio']:15.2f} "
                          f"{100 * c['spread']:6.1f}% {c['first_call_ratio']:10.2f}")
     return "\n".join(lines)
 
@@ -162,6 +168,7 @@ def _settings(record: dict) -> dict:
 def compare(a: dict, b: dict) -> str:
     """Median of B over median of A for every (workload, system) both records have, where
     the workload ran on the same shapes in both (the others are listed, not compared)."""
+    sw = _system_width(a, b)
     ia = {(r["workload"], r["system"]): r for r in a["results"]}
     lines = [f"B/A median ratios (A: {a['device']['kind']} {a['date']} size={a['size']}, "
              f"B: {b['device']['kind']} {b['date']} size={b['size']}); < 1 means B is faster"]
@@ -169,7 +176,7 @@ def compare(a: dict, b: dict) -> str:
     differ = [f"{k} (A {sa[k]}, B {sb[k]})" for k in sa if sa[k] != sb[k]]
     if differ:
         lines.append("the records differ in " + "; ".join(differ))
-    lines.append(f"{'workload':<8} {'system':<18} {'A ms':>9} {'B ms':>9} {'B/A':>6}")
+    lines.append(f"{'workload':<8} {'system':<{sw}} {'A ms':>9} {'B ms':>9} {'B/A':>6}")
     shared, unlike = 0, []
     for r in b["results"]:
         key = (r["workload"], r["system"])
@@ -180,7 +187,7 @@ def compare(a: dict, b: dict) -> str:
                 continue
             shared += 1
             ra = ia[key]
-            lines.append(f"{key[0]:<8} {key[1]:<18} {_ms(ra['median_s'])} {_ms(r['median_s'])} "
+            lines.append(f"{key[0]:<8} {key[1]:<{sw}} {_ms(ra['median_s'])} {_ms(r['median_s'])} "
                          f"{r['median_s'] / ra['median_s']:6.2f}")
     if not shared:
         lines.append("(no workload/system pair in common on the same shapes)")
@@ -192,9 +199,9 @@ def compare(a: dict, b: dict) -> str:
             if (c["workload"], c["system"]) in ca and _same_shapes(a, b, c["workload"])]
     if both:
         lines += ["", f"check cost ({DEFAULT} / {PROMISE}, paired rounds) in A and B",
-                  f"{'workload':<8} {'system':<18} {'A':>6} {'B':>6} {'1st A':>6} {'1st B':>6}"]
+                  f"{'workload':<8} {'system':<{sw}} {'A':>6} {'B':>6} {'1st A':>6} {'1st B':>6}"]
         for ca_, cb in both:
-            lines.append(f"{cb['workload']:<8} {cb['system']:<18} {ca_['ratio']:6.2f} "
+            lines.append(f"{cb['workload']:<8} {cb['system']:<{sw}} {ca_['ratio']:6.2f} "
                          f"{cb['ratio']:6.2f} {ca_['first_call_ratio']:6.2f} "
                          f"{cb['first_call_ratio']:6.2f}")
     return "\n".join(lines)

@@ -280,6 +280,13 @@ def test_allocator_both_runs_each_setting_in_its_own_process(tmp_path):
     rec = record.load(out)
     assert sorted(r["system"] for r in rec["results"]) == ["lax @default", "lax @keep"]
     assert min(r["ratio_to_best"] for r in rec["results"]) == 1.0
+    # Each row's %roof follows from its own process's roof, which the record keeps
+    for r in rec["results"]:
+        setting = r["system"].split("@")[1]
+        roof = max(v for k, v in rec["roof"].items() if k.endswith(f"@{setting}"))
+        assert r["pct_roof"] == pytest.approx(100 * r["gbps"] / roof)
+    assert rec["allocator"]["both"] and {"default", "keep"} <= set(rec["allocator"])
+    assert "@default" in record.table(rec).splitlines()[2]
 
 
 @pytest.mark.slow
