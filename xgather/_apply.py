@@ -8,7 +8,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, NoReturn, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -78,11 +78,18 @@ def placed(fn, out_sharding):
     ``jnp.ndarray.at[...].get(out_sharding=)`` does. On Auto axes the result is
     constrained to it.
     """
-    mesh = (out_sharding.mesh if isinstance(out_sharding, jax.sharding.NamedSharding)
-            else jax.sharding.get_abstract_mesh())
+    mesh = mesh_of(out_sharding)
     if mesh.explicit_axes:
         return jax.sharding.auto_axes(fn, out_sharding=out_sharding, axes=mesh.explicit_axes)
     return lambda *args: lax.with_sharding_constraint(fn(*args), out_sharding)
+
+
+def mesh_of(out_sharding):
+    """The (abstract) mesh of ``out_sharding``: a ``NamedSharding``'s own, else the one in
+    context (``jax.set_mesh``; empty where none is)."""
+    if isinstance(out_sharding, jax.sharding.NamedSharding):
+        return out_sharding.mesh.abstract_mesh
+    return jax.sharding.get_abstract_mesh()
 
 
 def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
@@ -230,10 +237,7 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     hints = Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
     if _dtypes.needs_host(data):
         if _dtypes.is_traced(indices):
-            fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, "
-                 "take the host path, which cannot run under a JAX transformation",
-                 str(data.dtype), {"data": plan.data_shape, "indices": plan.indices_shape},
-                 kind=XGatherTypeError)
+            _no_host_path(plan, data, "under a JAX transformation")
         try:
             return _dtypes.host_gather(
                 plan.op, data,
@@ -241,10 +245,7 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
                                        unique_indices=False),
                 fill_value if mode == "fill" else None)
         except jax.errors.TracerArrayConversionError:  # constant indices inside jax.jit
-            fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, take the "
-                 "host path, which cannot run inside jax.jit", str(data.dtype),
-                 {"data": plan.data_shape, "indices": plan.indices_shape},
-                 kind=XGatherTypeError)
+            _no_host_path(plan, data, "inside jax.jit")
     data = _dtypes.check_data(plan.op, data,
                               {"data": plan.data_shape, "indices": plan.indices_shape})
     if not _dtypes.is_traced(data, indices):
@@ -263,6 +264,12 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
             with _modes.check_style("flag"):  # exact: its flag may be dropped (under_derivative)
                 return gather(data, indices)
     return gather(data, indices)
+
+
+def _no_host_path(plan: Plan, data, where: str) -> NoReturn:
+    fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, take the host "
+         f"path, which cannot run {where}", str(data.dtype),
+         {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
 
 
 def _user_stacklevel() -> int:

@@ -79,6 +79,16 @@ def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
     return tuple(int(n) for n in shape)
 
 
+def as_int(value) -> int | None:
+    """``value`` as an int where it is a Python int or NumPy integer (a 0-d integer array
+    too), not a bool; else None."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        return None
+    return int(value)
+
+
 def index_dtype(indices) -> np.dtype:
     dtype = getattr(indices, "dtype", None)
     if dtype is None:
@@ -178,14 +188,16 @@ def fill_scalar(op: str, fill_value, dtype, shapes=None):
         rule = f"fill_value must be a value {dtype} holds exactly"
     if not ok:
         fail(op, rule, repr(fill_value), shapes)
-    if isinstance(value, float) and _signed_zero_or_nan(value):
+    if isinstance(value, float) and signed_zero_or_nan(value):
         return ExactFloat(value)
-    if isinstance(value, complex) and _signed_zero_or_nan(value):
+    if isinstance(value, complex) and signed_zero_or_nan(value):
         return ExactComplex(value)
     return value
 
 
-def _signed_zero_or_nan(value: float | complex) -> bool:
+def signed_zero_or_nan(value) -> bool:
+    """Whether ``value`` (a float or complex) has a -0.0 or NaN part: as a dict key it is
+    equal to another value (``-0.0 == 0.0``) or to nothing (``nan != nan``)."""
     return value != value or negative_zero(value)
 
 

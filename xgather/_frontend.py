@@ -64,7 +64,7 @@ def signature(op, args: tuple, kwargs: dict):
     attrs = args[2:]
     if kwargs:
         fill = kwargs.get("fill_value")
-        if isinstance(fill, _INEXACT) and (_dtypes.negative_zero(fill) or fill != fill):
+        if isinstance(fill, _INEXACT) and _dtypes.signed_zero_or_nan(fill):
             # -0.0 == 0.0 as a key (the uncached path fills the sign given); NaN != NaN,
             # so each call would add a key of its own
             return None
@@ -147,11 +147,10 @@ def check_addressable(plan) -> None:
 
 def int_attr(op: str, name: str, value, sh=None) -> int:
     """An integer attribute (a Python int or NumPy integer scalar, not a bool), as an int."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+    number = _dtypes.as_int(value)
+    if number is None:
         fail(op, f"{name} must be an int", repr(value), sh)
-    return int(value)
+    return number
 
 
 def negatives(op: str, negative_indices, sh) -> bool:
@@ -184,29 +183,32 @@ def settle(plan, data, indices, allowed, mode, fill_value, spec_default="error")
     return sh, mode, fill_value, check, _dtypes.index_array(plan.op, indices, allowed, sh, check)
 
 
+def _axes(entry) -> tuple:
+    """The mesh axes a PartitionSpec entry splits a dim over (none for None, unconstrained)."""
+    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
+        return ()
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
 def check_out_sharding(plan, out_sharding, data, sh) -> None:
     """``out_sharding`` is None, a ``NamedSharding``, or a ``PartitionSpec`` with a mesh in
     context, of at most the output's rank, for a result on devices."""
     if out_sharding is None:
         return
-    if isinstance(out_sharding, PartitionSpec):
-        mesh = jax.sharding.get_abstract_mesh()
-        if mesh.empty:
-            fail(plan.op, "out_sharding as a PartitionSpec needs a mesh in context "
-                 "(with jax.set_mesh(mesh): ...); or give a NamedSharding", repr(out_sharding), sh)
-    elif isinstance(out_sharding, NamedSharding):
-        mesh = out_sharding.mesh.abstract_mesh
-    else:
+    if not isinstance(out_sharding, PartitionSpec | NamedSharding):
         fail(plan.op, "out_sharding must be a jax.sharding.NamedSharding or PartitionSpec",
              f"{type(out_sharding).__module__}.{type(out_sharding).__qualname__}".removeprefix(
                  "builtins."), sh,
              kind=XGatherTypeError)
+    mesh = _apply.mesh_of(out_sharding)
+    if mesh.empty:  # a PartitionSpec outside jax.set_mesh
+        fail(plan.op, "out_sharding as a PartitionSpec needs a mesh in context "
+             "(with jax.set_mesh(mesh): ...); or give a NamedSharding", repr(out_sharding), sh)
     spec = out_sharding if isinstance(out_sharding, PartitionSpec) else out_sharding.spec
     if len(spec) > len(plan.out_shape):
         fail(plan.op, "out_sharding's spec has more entries than the result has dims",
              f"{spec} for a result of shape {plan.out_shape}", sh)
-    names = [n for entry in spec if entry is not None and entry is not PartitionSpec.UNCONSTRAINED
-             for n in (entry if isinstance(entry, tuple) else (entry,))]
+    names = [n for entry in spec for n in _axes(entry)]
     if len(set(names)) < len(names):
         fail(plan.op, "out_sharding names a mesh axis twice", str(spec), sh)
     unknown = [n for n in names if n not in mesh.axis_names]
@@ -214,10 +216,7 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
         fail(plan.op, "out_sharding names axes the mesh does not have",
              f"{spec} on a mesh with axes {tuple(mesh.axis_names)}", sh)
     for dim, entry in enumerate(spec):
-        if entry is PartitionSpec.UNCONSTRAINED:
-            continue
-        parts = math.prod(mesh.shape[n] for n in (entry if isinstance(entry, tuple) else
-                                                  (entry,) if entry is not None else ()))
+        parts = math.prod(mesh.shape[n] for n in _axes(entry))
         if plan.out_shape[dim] % parts:
             fail(plan.op, "out_sharding must split each result dim into equal parts",
                  f"{spec}: dim {dim} of size {plan.out_shape[dim]} into {parts} parts, for a "

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import operator
 
 import jax
 from jax import lax
 
+from xgather._dtypes import as_int
 from xgather._errors import XGatherError, fail
 
 Shape = tuple[int, ...]
@@ -171,12 +171,10 @@ def normalize_axis(op: str, axis: int, rank: int, shapes, name: str = "axis") ->
     """``axis`` in ``[-rank, rank-1]`` made non-negative, else a spec error."""
     if rank < 1:
         fail(op, "data must have rank >= 1", f"rank {rank}", shapes)
-    try:  # Python and NumPy integers (0-d arrays too), not bools, floats or tracers
-        if isinstance(axis, bool) or type(axis).__name__ == "bool":
-            raise TypeError
-        axis = operator.index(axis)
-    except TypeError:
+    number = as_int(axis)  # Python and NumPy integers (0-d arrays too), not bools or floats
+    if number is None:
         fail(op, f"{name} must be an int (a Python or NumPy integer)", repr(axis), shapes)
+    axis = number
     if not -rank <= axis < rank:
         fail(op, f"{name} must be in [{-rank}, {rank - 1}] for data of rank {rank}",
              f"{name}={axis}", shapes)

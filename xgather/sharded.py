@@ -157,7 +157,6 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
 
     data_sharding = NamedSharding(mesh, P(rows, *tail))
     idx_sharding = NamedSharding(mesh, spec_i)
-    replicated = NamedSharding(mesh, P())
     explicit = any(t == AxisType.Explicit for t in mesh.axis_types)
 
     def place(x, sharding):
@@ -181,10 +180,8 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
                 ok = (idx >= 0) & (idx < n_rows)
                 fill = jnp.asarray(0 if fill_value is None else fill_value, out.dtype)
                 out = jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - q)), out, fill)
-            if mode == "error":
-                # The report indexes the indices: on an Explicit mesh, a replicated copy.
-                checked = place(indices, replicated) if explicit else indices
-                _modes.check(plan, _modes.widen(plan, checked))
+            if mode == "error":  # (its report reads a replicated copy of sharded indices)
+                _modes.check(plan, _modes.widen(plan, indices))
             return out
 
     return jax.jit(run)
