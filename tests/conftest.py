@@ -20,3 +20,12 @@ def rng():
 
 # tests/multidevice needs 8 devices: tests/test_sharded.py runs it in its own process.
 collect_ignore = ["multidevice"]
+
+
+def pytest_collection_modifyitems(items):
+    """The long tests (a fresh Python each, or a bench run) go first: pytest-xdist hands
+    tests out in this order, so that none of them is left running alone at the end."""
+    def long(item):
+        return item.get_closest_marker("subprocess") is not None or \
+            item.get_closest_marker("slow") is not None
+    items.sort(key=lambda item: not long(item))

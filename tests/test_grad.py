@@ -73,6 +73,10 @@ def cases():
 
 
 CASES = cases()
+# Second-order checks (slow: finite differences of derivatives, each compiled) and float16
+# beside bfloat16 take every op but ONNX's odd ranks, which share the even ranks' rule.
+SECOND = [c for c in CASES if not any(c.id.startswith(f"onnx-gather{kind}r{r}")
+                                      for kind in ("-", "-nd-", "-elements-") for r in (1, 3, 5))]
 
 
 @pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
@@ -90,7 +94,7 @@ def test_vjp_is_scatter_add(op, gref, kw, shape, idx):
     np.testing.assert_allclose(vg[1], 2 * want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
+@pytest.mark.parametrize("op, gref, kw, shape, idx", SECOND)
 def test_check_grads_order_2(op, gref, kw, shape, idx):
     data = jnp.asarray(RNG.standard_normal(shape), jnp.float32)
     check_grads(lambda d: jnp.tanh(op(d, idx)), (data,), order=2, modes=("fwd", "rev"),
@@ -196,8 +200,11 @@ def _sequential(shape, idx, cot, dtype):
     return grad
 
 
-@pytest.mark.parametrize("dtype", HALF, ids=["bfloat16", "float16"])
-@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
+@pytest.mark.parametrize("op, gref, kw, shape, idx, dtype",
+                         [pytest.param(*c.values, jnp.bfloat16, id=f"{c.id}-bfloat16")
+                          for c in CASES] +
+                         [pytest.param(*c.values, jnp.float16, id=f"{c.id}-float16")
+                          for c in SECOND])
 def test_half_precision_vjp_is_the_sum_rounded_once(op, gref, kw, shape, idx, dtype):
     data = jnp.asarray(RNG.standard_normal(shape), dtype)
     out, vjp = jax.vjp(lambda d: op(d, idx), data)

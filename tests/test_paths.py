@@ -49,6 +49,36 @@ def test_cached_eager_calls_check_every_call(kind):
     assert_same(G(data, shifted, 1), ref.gather(np.asarray(data), np.asarray(shifted), 1))
 
 
+@pytest.fixture
+def backend_compiles():
+    """How many programs XLA compiles (JAX's monitoring event), as a list of durations."""
+    seen: list[float] = []
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    yield seen
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
+@pytest.mark.parametrize("op, idx, args, cols", [(G, [[1, -2]], (1,), 13),
+                                                 (ND, [[0, 2], [-1, 1]], (), 14),
+                                                 (EL, [[0, 2, 1]], (1,), 15)])
+def test_an_eager_call_on_numpy_arrays_compiles_one_program(op, idx, args, cols,
+                                                            backend_compiles):
+    """The gather only: NumPy data goes to the device as a transfer (jnp.asarray would
+    compile an identity program per shape first, as long as the gather's compile)."""
+    data = np.arange(3 * cols, dtype=np.float32).reshape(3, cols)  # shapes no other test uses
+    idx = np.asarray(idx, np.int32)
+    want = {G: ref.gather, ND: ref.gather_nd, EL: ref.gather_elements}[op](data, idx, *args)
+    assert_same(op(data, idx, *args), want)
+    assert len(backend_compiles) == 1
+    assert_same(op(data, idx, *args), want)
+    assert len(backend_compiles) == 1
+
+
 def test_cached_calls_follow_the_default_mode_and_their_arguments():
     data, idx = np.arange(6, dtype=np.float32), np.array([1, 9], np.int64)
     with pytest.raises(OutOfBoundsError):

@@ -25,6 +25,7 @@ as_int: int = xgather.bnns.gather_nd(data, [[0]])
 """
 
 
+@pytest.mark.subprocess
 def test_mypy_passes_and_checks_calls_into_the_ops(tmp_path):
     user = tmp_path / "user.py"
     user.write_text(USER)

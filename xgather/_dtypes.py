@@ -282,6 +282,10 @@ def check_data(op: str, data, shapes=None):
     if is_traced(data) or isinstance(data, jax.Array):
         return data
     try:
+        if isinstance(data, (np.ndarray, np.generic)):
+            # A transfer; jnp.asarray (jax 0.10) compiles an identity program per
+            # shape and dtype first, as long as a gather's compile on XLA:CPU.
+            return jax.device_put(data)
         return jnp.asarray(data)
     except TypeError as e:
         raise XGatherTypeError(f"{op}: data has a dtype JAX cannot hold; got "
