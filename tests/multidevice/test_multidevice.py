@@ -316,6 +316,22 @@ def test_flags_and_eager_checks_on_sharded_arrays():
         xgather.onnx.gather(d, put(idx, mesh, P("x")))
 
 
+@pytest.mark.parametrize("kind", [AxisType.Auto, AxisType.Explicit])
+def test_numpy_data_under_set_mesh_is_placed_as_jnp_asarray_places_it(kind):
+    """Eager calls send NumPy data to the device with jax.device_put, except under
+    jax.set_mesh, where jnp.asarray replicates it on that mesh: the result is as for data
+    that the user placed so."""
+    mesh = mesh1(kind)
+    data = RNG.standard_normal((16, 2)).astype(np.float32)
+    for idx in (np.array([3, -1, 0], np.int32), put(np.array([5, -16], np.int32), mesh, P())):
+        with jax.set_mesh(mesh):
+            got = xgather.onnx.gather(data, idx)
+            placed = xgather.onnx.gather(jax.numpy.asarray(data), idx)
+        np.testing.assert_array_equal(np.asarray(got), ref.gather(data, np.asarray(idx), 0))
+        assert got.sharding == placed.sharding and got.committed == placed.committed
+        assert got.sharding.mesh.shape == mesh.shape, got.sharding
+
+
 def test_no_device_holds_the_table():
     mesh = mesh1()
     data = put(np.zeros((1024, 64), np.float32), mesh, P("x"))
