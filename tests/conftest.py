@@ -18,6 +18,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def rng():
     return np.random.default_rng(0)
 
+
+@pytest.fixture
+def backend_compiles():
+    """How many programs XLA compiles (JAX's monitoring event), as a list of durations."""
+    seen: list[float] = []
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    yield seen
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
 # tests/multidevice needs 8 devices: tests/test_sharded.py runs it in its own process.
 collect_ignore = ["multidevice"]
 

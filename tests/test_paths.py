@@ -49,20 +49,6 @@ def test_cached_eager_calls_check_every_call(kind):
     assert_same(G(data, shifted, 1), ref.gather(np.asarray(data), np.asarray(shifted), 1))
 
 
-@pytest.fixture
-def backend_compiles():
-    """How many programs XLA compiles (JAX's monitoring event), as a list of durations."""
-    seen: list[float] = []
-
-    def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            seen.append(duration)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    yield seen
-    jax.monitoring.unregister_event_duration_listener(listen)
-
-
 @pytest.mark.parametrize("op, idx, args, cols", [(G, [[1, -2]], (1,), 13),
                                                  (ND, [[0, 2], [-1, 1]], (), 14),
                                                  (EL, [[0, 2, 1]], (1,), 15)])

@@ -277,25 +277,17 @@ def needs_host(data) -> bool:
     return dtype.name in _WIDE and not x64()
 
 
-def _no_mesh_set() -> bool:
-    """No ``jax.set_mesh`` in force (where one is, ``jnp.asarray`` places NumPy data
-    replicated on its mesh, and ``jax.device_put`` on one device)."""
-    try:
-        return jax.sharding.get_abstract_mesh().empty
-    except AttributeError:  # pragma: no cover - other JAX versions
-        return False
-
-
 def check_data(op: str, data, shapes=None):
     """Data for the device path: a jax.Array (or tracer) of a dtype JAX supports."""
     if is_traced(data) or isinstance(data, jax.Array):
         return data
     try:
-        if isinstance(data, (np.ndarray, np.generic)) and _no_mesh_set():
+        if isinstance(data, (np.ndarray, np.generic)):
             # A transfer; jnp.asarray (jax 0.10) compiles an identity program per
-            # shape and dtype first, as long as a gather's compile on XLA:CPU.
+            # shape and dtype first, as long as a gather's compile on XLA:CPU. The
+            # program places its result as for the NumPy data of a cached call.
             return jax.device_put(data)
-        return jnp.asarray(data)  # under jax.set_mesh: replicated on that mesh
+        return jnp.asarray(data)
     except TypeError as e:
         raise XGatherTypeError(f"{op}: data has a dtype JAX cannot hold; got "
                                f"{getattr(data, 'dtype', type(data))}" + (f" ({e})")) from e

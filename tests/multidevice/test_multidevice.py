@@ -316,16 +316,20 @@ def test_flags_and_eager_checks_on_sharded_arrays():
         xgather.onnx.gather(d, put(idx, mesh, P("x")))
 
 
-@pytest.mark.parametrize("kind", [AxisType.Auto, AxisType.Explicit])
-def test_numpy_data_under_set_mesh_is_placed_as_jnp_asarray_places_it(kind):
-    """Eager calls send NumPy data to the device with jax.device_put, except under
-    jax.set_mesh, where jnp.asarray replicates it on that mesh: the result is as for data
-    that the user placed so."""
+@pytest.mark.parametrize("kind, rows", [(AxisType.Auto, 16), (AxisType.Explicit, 24)])
+def test_numpy_data_under_set_mesh_is_placed_as_jnp_asarray_places_it(kind, rows,
+                                                                     backend_compiles):
+    """Eager calls send NumPy data to the device with jax.device_put (one device), also
+    under jax.set_mesh: the program compiled for them (the only one) places the result as
+    for data that jnp.asarray replicated on the mesh."""
     mesh = mesh1(kind)
-    data = RNG.standard_normal((16, 2)).astype(np.float32)
+    data = RNG.standard_normal((rows, 2)).astype(np.float32)  # a shape per case: compiled anew
     for idx in (np.array([3, -1, 0], np.int32), put(np.array([5, -16], np.int32), mesh, P())):
         with jax.set_mesh(mesh):
+            backend_compiles.clear()
             got = xgather.onnx.gather(data, idx)
+            if isinstance(idx, np.ndarray):
+                assert len(backend_compiles) == 1  # the gather; no copy of the data
             placed = xgather.onnx.gather(jax.numpy.asarray(data), idx)
         np.testing.assert_array_equal(np.asarray(got), ref.gather(data, np.asarray(idx), 0))
         assert got.sharding == placed.sharding and got.committed == placed.committed
