@@ -75,10 +75,12 @@ def _xgather_fn(w, mode, **kw):
     return f
 
 
-def xgather_runner(w, d, i, mode=None, **kw) -> Runner:
+def xgather_runner(w, d, i, mode=None, grad_scatter=None, **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
-    ``d``, ``i``: device arrays from :func:`jax_inputs`.
+    ``d``, ``i``: device arrays from :func:`jax_inputs`. ``grad_scatter``: the
+    gradient's scatter-add form (:func:`xgather.grad_scatter`), set around every call
+    (it is part of the trace context, so of the jit cache's key).
     """
     import jax
 
@@ -86,7 +88,13 @@ def xgather_runner(w, d, i, mode=None, **kw) -> Runner:
     f = jax.jit(_xgather_fn(w, mode, **kw))
     if (mode or "error") == "error" and w.op != "openvino.gather7":
         f = xgather.checked(f)
-    return lambda: jax.block_until_ready(f(d, i))
+    if grad_scatter is None:
+        return lambda: jax.block_until_ready(f(d, i))
+
+    def run():
+        with xgather.grad_scatter(grad_scatter):
+            return jax.block_until_ready(f(d, i))
+    return run
 
 
 def lax_fn(w):
@@ -391,6 +399,11 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
         # indices known valid: in [0, s-1], as the hand-written lax.gather assumes
         out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds",
                                                  negative_indices=False)
+        if w.op == "grad" and (on_gpu or not w.cpu_default):
+            # The gradient with its indices sorted first: which form a GPU's jaxlib
+            # runs faster (issue 13: atomics under contention) is read off this pair.
+            out["xgather[promise,sorted]"] = xgather_runner(
+                w, d, i, "promise_in_bounds", grad_scatter="sorted", negative_indices=False)
     if want("lax"):
         out["lax"] = lax_runner(w, d, i)
     if want_host("numpy"):

@@ -407,6 +407,24 @@ def test_gradient_variants_draw_repeated_or_unique_rows():
         2 * (2 * 1024 * 512 * 2 + 1024 * 8) + 6250 * 512 * 2
 
 
+def test_the_sorted_gradient_runs_beside_promise_on_the_gradient_variants_and_on_a_gpu(
+        monkeypatch):
+    import jax
+    none = {"onnxruntime": False, "openvino": False, "torch": False}
+    cpu = jax.devices("cpu")[0]
+    for key in ("W9r", "W9u", "W9r-bf16", "W9u-bf16"):
+        w = WORKLOADS[key]
+        assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), cpu, none,
+                                                          {"xgather"})
+    w = WORKLOADS["W9"]  # the CPU main job's gradient keeps its systems
+    assert "xgather[promise,sorted]" not in systems.build(w, *w.arrays("tiny"), cpu, none,
+                                                          {"xgather"})
+    # On a GPU every gradient workload has it (the fake GPU's arrays stay on the CPU).
+    monkeypatch.setattr(systems, "jax_inputs", lambda d, i, device: (d, i))
+    assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), _fake_gpu(),
+                                                      none, {"xgather"})
+
+
 def _fake_gpu():
     import types
     return types.SimpleNamespace(platform="gpu")

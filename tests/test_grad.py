@@ -311,3 +311,120 @@ def test_loops_keep_their_checks_outside_reverse_mode():
     for fn in (jax.jit(loss), fwd, jax.jit(jax.grad(lambda d, i: op(d, i[1]).sum()))):
         with pytest.raises(xgather.OutOfBoundsError, match=msg):
             xgather.checked(fn)(data, bad)  # no UncheckedWarning (warnings are errors here)
+
+
+# -- the sorted scatter-add (xgather.grad_scatter): same gradients, sorted indices -------------
+
+def _scatters(fn, *args) -> list[str]:
+    """The scatter-adds of ``fn``'s jaxpr, each as its ``indices_are_sorted`` flag."""
+    text = str(jax.make_jaxpr(fn)(*args))
+    return [part.split("indices_are_sorted=")[1].split()[0]
+            for part in text.split("scatter-add[")[1:]]
+
+
+@pytest.mark.parametrize("op, gref, kw, shape, idx", CASES)
+def test_sorted_scatter_vjp_is_scatter_add(op, gref, kw, shape, idx):
+    data = RNG.standard_normal(shape).astype(np.float32)
+    cot = RNG.standard_normal(np.shape(op(data, idx))).astype(np.float32)
+    want = ref.vjp_data(gref, shape, cot, idx, **kw)
+    with xgather.grad_scatter("sorted"):
+        _, vjp = jax.vjp(lambda d: op(d, idx), data)
+        np.testing.assert_allclose(vjp(cot)[0], want, rtol=1e-5, atol=1e-6)
+        g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+        np.testing.assert_allclose(g(data, idx, cot), want, rtol=1e-5, atol=1e-6)
+        flags = _scatters(lambda d, c: jax.vjp(lambda x: op(x, idx), d)[1](c), data, cot)
+    # Gathers along one axis without batch dims sort (XLA:CPU batches the rows before an
+    # inner axis, and those plans keep the direct form); the rest keep one direct scatter.
+    axis = kw.get("axis", 0)
+    sorts = (gref is ref.gather and not kw.get("batch_dims")
+             and (axis == 0 or jax.default_backend() != "cpu"))
+    assert flags == (["False", "True"] if sorts else ["False"]), flags
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, *HALF], ids=["float32", "bfloat16", "float16"])
+def test_sorted_scatter_is_exact_under_contention(dtype):
+    # 4096 lookups of 5 rows, negative ones among them; sixteenths sum exactly in float32.
+    shape, n = (7, 16), 4096
+    idx = RNG.integers(-2, 3, n)
+    cot = _sixteenths((n, 16)) + 3
+    want = ref.scatter_add_take(shape, idx, cot, 0).astype(dtype)
+    loss = jax.grad(lambda d, i: (xgather.onnx.gather(d, i, 0).astype(jnp.float32) * cot).sum())
+    with xgather.grad_scatter("sorted"):
+        got = xgather.checked(jax.jit(loss))(jnp.zeros(shape, dtype), idx)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill", "promise_in_bounds"])
+def test_sorted_scatter_keeps_each_modes_gradient(mode):
+    data = np.zeros((4, 3), np.float32)
+    idx = np.array([[9, -4, 3], [-1, 0, -6], [4, 3, 3]])
+    if mode == "promise_in_bounds":
+        idx = np.where(idx < -4, 0, np.where(idx > 3, 3, idx))
+    cot = np.arange(1, 28, dtype=np.float32).reshape(3, 3, 3)
+    oob = "error" if mode == "promise_in_bounds" else mode
+    for op, scale in [(functools.partial(xgather.onnx.gather, axis=0, mode=mode), 1.0),
+                      (functools.partial(xgather.openvino.gather, axis=0, version=8,
+                                         mode=mode), 1.0),
+                      (functools.partial(xgather.labview.gather, axis=0, lda_coeff=0.25,
+                                         mode=mode), 0.25)]:
+        want = ref.scatter_add_take(data.shape, idx, cot, 0, oob=oob, scale=scale)
+        with xgather.grad_scatter("sorted"):
+            _, vjp = jax.vjp(lambda d, op=op: op(d, idx), data)
+            np.testing.assert_array_equal(vjp(cot)[0], want)
+
+
+def test_sorted_scatter_forward_mode_vmap_and_hessian():
+    shape, idx = (6, 4), np.array([[5, 0, 5], [-1, 2, 0]])
+    data = jnp.asarray(RNG.standard_normal(shape), jnp.float32)
+    tangent = RNG.standard_normal(shape).astype(np.float32)
+
+    def f(d):
+        return xgather.onnx.gather(d, idx, 0)
+
+    with xgather.grad_scatter("sorted"):
+        _, t = jax.jvp(f, (data,), (tangent,))
+        np.testing.assert_array_equal(t, ref.gather(tangent, idx))
+        np.testing.assert_array_equal(jax.jacfwd(f)(data), jax.jacrev(f)(data))
+        h = jax.hessian(lambda d: (f(d) ** 3).sum())(data)
+        vg = jax.vmap(jax.grad(lambda d: (f(d) ** 2).sum()))(jnp.stack([data, -data]))
+    want_h = np.zeros(shape * 2, np.float32)  # d2/dd2 of sum(d[i]**3): 6 d[i] on the diagonal
+    for k in idx.ravel():
+        k %= shape[0]
+        for j in range(shape[1]):
+            want_h[k, j, k, j] += 6 * data[k, j]
+    np.testing.assert_allclose(h, want_h, rtol=1e-6)
+    g = ref.scatter_add_take(shape, idx, 2 * ref.gather(np.asarray(data), idx), 0)
+    np.testing.assert_allclose(vg[0], g, rtol=1e-6)
+    np.testing.assert_allclose(vg[1], -g, rtol=1e-6)
+
+
+def test_grad_scatter_is_part_of_the_trace_context():
+    data, idx = jnp.ones((5, 2)), jnp.array([4, 1, 4])
+    grad = jax.jit(jax.grad(lambda d, i: xgather.onnx.gather(d, i, 0, mode="clip").sum()))
+    assert "indices_are_sorted = true" not in grad.lower(data, idx).as_text()
+    with xgather.grad_scatter("sorted"):  # the same jitted function traces anew
+        assert "indices_are_sorted = true" in grad.lower(data, idx).as_text()
+        np.testing.assert_array_equal(grad(data, idx), [[0, 0], [1, 1], [0, 0], [0, 0], [2, 2]])
+    previous = jax.config.xgather_grad_scatter
+    jax.config.update("xgather_grad_scatter", "sorted")  # the process-wide setting
+    try:
+        assert "indices_are_sorted = true" in grad.lower(data, idx).as_text()
+    finally:
+        jax.config.update("xgather_grad_scatter", previous)
+    assert "indices_are_sorted = true" not in grad.lower(data, idx).as_text()
+
+
+def test_grad_scatter_names_its_choices_and_explain_says_which_form():
+    with pytest.raises(xgather.XGatherError, match=r"xgather\.grad_scatter: kind must be one "
+                       r"of 'direct', 'sorted'.*'atomic'"):
+        with xgather.grad_scatter("atomic"):
+            pass
+    d, i = np.zeros((5, 2), np.float32), np.zeros((3, 2), np.int64)
+    assert "gradient: one scatter-add at the indices as given (grad_scatter 'direct')" in str(
+        xgather.explain(xgather.onnx.gather, d, i[:, 0]))
+    with xgather.grad_scatter("sorted"):
+        assert "gradient: indices sorted first" in str(
+            xgather.explain(xgather.onnx.gather, d, i[:, 0]))
+        assert "'sorted' does not apply, as it gathers index tuples" in str(
+            xgather.explain(xgather.onnx.gather_nd, d, i))

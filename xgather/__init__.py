@@ -4,6 +4,7 @@ from xgather import bnns, labview, onnx, openvino, sharded
 from xgather._alloc import keep_large_allocations
 from xgather._apply import checked, explain
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
+from xgather._grad import grad_scatter
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan
 
@@ -19,6 +20,7 @@ __all__ = [
     "checked",
     "default_mode",
     "explain",
+    "grad_scatter",
     "keep_large_allocations",
     "bnns",
     "labview",

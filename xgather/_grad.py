@@ -15,15 +15,112 @@ mode, reverse mode and ``jax.hessian`` all work):
   does), instead of rounding after every addition: summed in bfloat16, the
   gradient of a row that 256 lookups hit was off by about 7%. The forward values
   (output and tangent) are the same either way.
+
+The scatter-add itself comes in two forms (:func:`grad_scatter`): ``"direct"``,
+JAX's transpose as it is, and ``"sorted"``, where the indices are sorted first,
+so that the scatter-add receives them with ``indices_are_sorted=True``. A GPU
+then sums each run of equal indices in registers and writes it once, instead of
+one atomic add per lookup (the atomics are what collapses under contention on
+some jaxlib versions: openxla/xla#46225, #26371). The price is a sort of the
+indices and a permutation of the cotangent. On XLA:CPU the scatter is a loop
+either way, so ``"direct"`` is the default everywhere until a GPU measurement
+(the bench's ``xgather[promise,sorted]`` beside ``xgather[promise]`` on the W9
+workloads) says otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from xgather import _plan
+from xgather._errors import choice
+
+#: The forms of the gradient's scatter-add (see :func:`grad_scatter`).
+GRAD_SCATTERS = ("direct", "sorted")
+
+
+def _scatter_state():
+    """A JAX config state, part of every trace's context (so of the jit caches' keys):
+    the form of the gradient's scatter-add. ``jax.config.update("xgather_grad_scatter",
+    ...)`` sets it for the process, the ``XGATHER_GRAD_SCATTER`` environment variable at
+    import. None where this JAX has no such API: then always ``"direct"``."""
+    try:
+        from jax._src import config as jax_config
+        return jax_config.enum_state(
+            "xgather_grad_scatter", GRAD_SCATTERS, "direct",
+            "The form of the scatter-add in the gradient of xgather's gathers: direct "
+            "(JAX's transpose) or sorted (indices sorted first).",
+            include_in_trace_context=True)
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
+        return None
+
+
+_SCATTER = _scatter_state()
+
+
+@contextlib.contextmanager
+def grad_scatter(kind: str):
+    """Trace the gradients of xgather's gathers with the scatter-add ``kind``:
+
+    * ``"direct"`` (the default): JAX's transpose of ``lax.gather``, one
+      scatter-add of the cotangent at the indices as given.
+    * ``"sorted"``: the indices are sorted (stably) and the tangent gathered at
+      them with ``indices_are_sorted=True``, then put back in order, so that the
+      transpose is a permutation of the cotangent and a scatter-add of sorted
+      indices: on a GPU, one write per run of equal indices instead of one
+      atomic add per lookup. Gathers along one axis without batch dimensions
+      (ONNX and OpenVINO ``Gather``, BNNS and LabVIEW gathers) take it; other
+      plans keep ``"direct"`` (``xgather.explain`` says which).
+
+    The values are the same up to the order of the additions. Read when a
+    gradient is traced, like :func:`xgather.default_mode`; for a whole process,
+    ``jax.config.update("xgather_grad_scatter", "sorted")`` or the environment
+    variable ``XGATHER_GRAD_SCATTER=sorted``.
+    """
+    choice("xgather.grad_scatter", "kind", kind, GRAD_SCATTERS)
+    if _SCATTER is None:  # pragma: no cover - other JAX versions
+        yield
+        return
+    with _SCATTER(kind):
+        yield
+
+
+def _sortable(plan) -> str | None:
+    """Why ``plan``'s gradient cannot take the sorted scatter-add (None: it can)."""
+    if plan.index_vector or plan.batch_dims or len(plan.index_axes) != 1:
+        return "it gathers index tuples, elements or batches, not slices along one axis"
+    if plan.lowering != "vmap" or plan.index_broadcast or plan.data_crop is not None:
+        return f"its lowering ({plan.lowering}) batches the rows before the axis"
+    if 0 in plan.bounds or 0 in plan.indices_shape:
+        return "it has no index or no position to sort"
+    return None
+
+
+def scatter_form(plan, data_dtype=None) -> str:
+    """The scatter-add form a gradient of ``plan`` traced here takes (see
+    :func:`grad_scatter`)."""
+    if _SCATTER is None or _SCATTER.value == "direct" or _sortable(plan) is not None:
+        return "direct"
+    if data_dtype is not None and not jnp.issubdtype(data_dtype, jnp.inexact):
+        return "direct"  # no gradient flows to integer data
+    return "sorted"
+
+
+def scatter_text(plan) -> str:
+    """What ``explain`` says of the gradient's scatter-add."""
+    what = "gradient: "
+    if _SCATTER is None or _SCATTER.value == "direct":
+        return what + "one scatter-add at the indices as given (grad_scatter 'direct')"
+    why = _sortable(plan)
+    if why is None:
+        return what + ("indices sorted first, then a scatter-add of sorted runs "
+                       "(grad_scatter 'sorted')")
+    return what + f"one scatter-add at the indices as given: 'sorted' does not apply, as {why}"
 
 
 def accumulation(dtype) -> np.dtype | None:
@@ -52,26 +149,59 @@ def tangent(gather, t_data, grad=None):
 
 def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     """``gather_prepared(plan, ...)(data, idx)``, with this module's derivative where it
-    applies (``grad`` given, or data that :func:`accumulation` widens)."""
-    if grad is None and accumulation(data.dtype) is None:
+    applies (``grad`` given, data that :func:`accumulation` widens, or the sorted
+    scatter-add chosen: :func:`grad_scatter`)."""
+    form = scatter_form(plan, data.dtype) if hints.out_sharding is None else "direct"
+    if grad is None and accumulation(data.dtype) is None and form == "direct":
         return gather_prepared(plan, mode, fill_value, hints, data, idx)
-    return _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+    return _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4, 5))
-def _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4, 5, 6))
+def _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx):
     return gather_prepared(plan, mode, fill_value, hints, data, idx)
 
 
-def _custom_jvp(gather_prepared, plan, mode, fill_value, hints, grad, primals, tangents):
+def _custom_jvp(gather_prepared, plan, mode, fill_value, hints, grad, form, primals, tangents):
     data, idx = primals
     t_data, _ = tangents  # symbolic zeros: the indices' float0 tangent is never made
-    out = _custom(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+    out = _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
     if isinstance(t_data, jax.custom_derivatives.SymbolicZero):
         t_data = jnp.zeros(t_data.shape, t_data.dtype)
     # Linear in t_data (filled slots have tangent 0), so JAX can transpose it for
     # reverse mode.
-    return out, tangent(lambda t: gather_prepared(plan, mode, 0, hints, t, idx), t_data, grad)
+    if form == "sorted":
+        linear = functools.partial(_sorted_gather, gather_prepared, plan, mode, hints, idx)
+    else:
+        def linear(t):
+            return gather_prepared(plan, mode, 0, hints, t, idx)
+    return out, tangent(linear, t_data, grad)
+
+
+def _sorted_gather(gather_prepared, plan, mode, hints, idx, t):
+    """``gather_prepared(plan, mode, 0, hints, t, idx)``, computed at the indices sorted
+    and then put back in order. Both steps are gathers, so JAX transposes them into a
+    scatter-add that permutes the cotangent (unique indices) and one of sorted indices.
+
+    The indices are the prepared ones (wrapped, narrowed), so that the order is that
+    of the positions read; clamping (``"clip"``) keeps it, and out-of-range ones
+    (``"fill"``) sort to the ends, where the scatter drops them.
+    """
+    axis = plan.index_axes[0]
+    flat = idx.reshape(-1)
+    n = flat.size
+    order = jnp.argsort(flat, stable=True)  # stable: the same sums on every run
+    keys = flat[order]
+    rows_plan = _plan.take_plan(plan.op, plan.data_shape, (n,), axis, 0, plan.negative,
+                                plan.backend)
+    rows = gather_prepared(rows_plan, mode, 0, hints._replace(indices_are_sorted=True), t, keys)
+    position = jnp.zeros_like(order).at[order].set(jnp.arange(n, dtype=order.dtype),
+                                                   unique_indices=True)
+    back_plan = _plan.take_plan(plan.op, rows.shape, (n,), axis, 0, False, plan.backend)
+    back = gather_prepared(back_plan, "promise_in_bounds", 0,
+                           hints._replace(indices_are_sorted=False, unique_indices=True),
+                           rows, position)
+    return back.reshape(plan.out_shape)
 
 
 _custom.defjvp(_custom_jvp, symbolic_zeros=True)

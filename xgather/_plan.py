@@ -158,8 +158,10 @@ class Plan:
             f" start_indices_batching_dims={dn.start_indices_batching_dims}",
             f"  slice_sizes={self.slice_sizes} gather_shape={self.gather_shape}",
         ]
-        from xgather._modes import flag_text  # _modes builds on plans
+        from xgather._grad import scatter_text  # _grad and _modes build on plans
+        from xgather._modes import flag_text
         lines.append("  " + flag_text(self))
+        lines.append("  " + scatter_text(self))
         if self.index_broadcast:
             lines.append(f"  indices broadcast over leading dims {self.index_broadcast}")
         if self.data_crop is not None:
