@@ -212,7 +212,7 @@ def run(args) -> dict:
         for name, fn in fns.items():
             progress.note(f"{prefix}first call of {name}")
             # What earlier work left to collect is not charged to this first call: a
-            # full collection (30-45 ms here) otherwise lands inside whichever trace
+            # full collection (40-55 ms here) otherwise lands inside whichever trace
             # crosses the threshold.
             gc.collect()
             t0 = time.perf_counter()

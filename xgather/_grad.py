@@ -75,7 +75,8 @@ def grad_scatter(kind: str):
       indices: on a GPU, one write per run of equal indices instead of one
       atomic add per lookup. Gathers along one axis without batch dimensions
       (ONNX and OpenVINO ``Gather``, BNNS and LabVIEW gathers) take it; other
-      plans keep ``"direct"`` (``xgather.explain`` says which).
+      plans, and calls given ``out_sharding``, keep ``"direct"`` (``xgather.explain``
+      says which plans).
 
     The values are the same up to the order of the additions. Read when a
     gradient is traced, like :func:`xgather.default_mode`; for a whole process,

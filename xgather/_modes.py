@@ -394,7 +394,7 @@ _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
-def _any(bad, blocked: bool = True, pad: bool = True, backend: str | None = None):
+def _any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
     """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
     On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
@@ -411,8 +411,7 @@ def _any(bad, blocked: bool = True, pad: bool = True, backend: str | None = None
     ``backend``: the plan's (``Plan.backend``), whose form alone is traced. Both
     forms compute the same flag, so a program lowered for another backend stays
     exact, in the form chosen for this one; tracing one form, not both under
-    ``lax.platform_dependent``, saves about 4 ms per checked trace. None: both,
-    the one run chosen when the program is lowered.
+    ``lax.platform_dependent``, saves about 4 ms per checked trace.
     """
     flat = bad.ravel()
     n = flat.size
@@ -428,9 +427,7 @@ def _any(bad, blocked: bool = True, pad: bool = True, backend: str | None = None
             flat = jnp.pad(flat, (0, size - flat.size))
         return jnp.max(flat.astype(jnp.float32)) > 0
 
-    if backend is not None:
-        return cpu(flat) if backend == "cpu" else jnp.any(flat)
-    return lax.platform_dependent(flat, cpu=cpu, default=jnp.any)
+    return cpu(flat) if backend == "cpu" else jnp.any(flat)
 
 
 def _cpu_flag_steps(n: int, blocked: bool = True,
