@@ -415,6 +415,18 @@ def test_grad_scatter_is_part_of_the_trace_context():
     assert "indices_are_sorted = true" not in grad.lower(data, idx).as_text()
 
 
+def test_promised_unique_indices_keep_the_direct_scatter_outside_clip():
+    data, idx = np.ones((6, 2), np.float32), np.array([4, 0, 2])
+    with xgather.grad_scatter("sorted"):
+        for mode, want in [("promise_in_bounds", ["False"]), ("fill", ["False"]),
+                           ("clip", ["False", "True"])]:
+            def loss(d, mode=mode):
+                return xgather.onnx.gather(d, idx, 0, mode=mode, unique_indices=True).sum()
+            assert _scatters(jax.grad(loss), data) == want, mode
+            np.testing.assert_array_equal(jax.grad(loss)(data), [[1, 1], [0, 0], [1, 1],
+                                                                 [0, 0], [1, 1], [0, 0]])
+
+
 def test_grad_scatter_names_its_choices_and_explain_says_which_form():
     with pytest.raises(xgather.XGatherError, match=r"xgather\.grad_scatter: kind must be one "
                        r"of 'direct', 'sorted'.*'atomic'"):

@@ -75,8 +75,9 @@ def grad_scatter(kind: str):
       indices: on a GPU, one write per run of equal indices instead of one
       atomic add per lookup. Gathers along one axis without batch dimensions
       (ONNX and OpenVINO ``Gather``, BNNS and LabVIEW gathers) take it; other
-      plans, and calls given ``out_sharding``, keep ``"direct"`` (``xgather.explain``
-      says which plans).
+      plans keep ``"direct"`` (``xgather.explain`` says which), as do calls given
+      ``out_sharding`` or ``unique_indices=True`` (outside ``"clip"``: unique
+      positions take no atomics to begin with).
 
     The values are the same up to the order of the additions. Read when a
     gradient is traced, like :func:`xgather.default_mode`; for a whole process,
@@ -152,7 +153,10 @@ def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     """``gather_prepared(plan, ...)(data, idx)``, with this module's derivative where it
     applies (``grad`` given, data that :func:`accumulation` widens, or the sorted
     scatter-add chosen: :func:`grad_scatter`)."""
-    form = scatter_form(plan, data.dtype) if hints.out_sharding is None else "direct"
+    # Promised-unique positions need no atomics to begin with (a GPU stores them),
+    # unless clamping may merge them; out_sharding keeps the placed form.
+    direct = hints.out_sharding is not None or (hints.unique_indices and mode != "clip")
+    form = "direct" if direct else scatter_form(plan, data.dtype)
     if grad is None and accumulation(data.dtype) is None and form == "direct":
         return gather_prepared(plan, mode, fill_value, hints, data, idx)
     return _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
