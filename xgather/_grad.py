@@ -37,30 +37,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xgather import _plan
+from xgather import _modes, _plan
 from xgather._errors import choice
 
 #: The forms of the gradient's scatter-add (see :func:`grad_scatter`).
 GRAD_SCATTERS = ("direct", "sorted")
 
 
-def _scatter_state():
-    """A JAX config state, part of every trace's context (so of the jit caches' keys):
-    the form of the gradient's scatter-add. ``jax.config.update("xgather_grad_scatter",
-    ...)`` sets it for the process, the ``XGATHER_GRAD_SCATTER`` environment variable at
-    import. None where this JAX has no such API: then always ``"direct"``."""
-    try:
-        from jax._src import config as jax_config
-        return jax_config.enum_state(
-            "xgather_grad_scatter", GRAD_SCATTERS, "direct",
-            "The form of the scatter-add in the gradient of xgather's gathers: direct "
-            "(JAX's transpose) or sorted (indices sorted first).",
-            include_in_trace_context=True)
-    except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
-        return None
-
-
-_SCATTER = _scatter_state()
+#: The form of the gradient's scatter-add (:func:`grad_scatter`), a JAX config state in
+#: the trace context (so in the jit caches' keys): ``jax.config.update(
+#: "xgather_grad_scatter", ...)`` sets it for the process, the ``XGATHER_GRAD_SCATTER``
+#: environment variable at import. None where this JAX has no such API: always direct.
+_SCATTER = _modes.trace_state(
+    "xgather_grad_scatter", GRAD_SCATTERS, "direct",
+    "The form of the scatter-add in the gradient of xgather's gathers: direct "
+    "(JAX's transpose) or sorted (indices sorted first).")
 
 
 @contextlib.contextmanager
@@ -85,11 +76,13 @@ def grad_scatter(kind: str):
     variable ``XGATHER_GRAD_SCATTER=sorted``.
     """
     choice("xgather.grad_scatter", "kind", kind, GRAD_SCATTERS)
-    if _SCATTER is None:  # pragma: no cover - other JAX versions
+    with _modes.traced_as(_SCATTER, kind):
         yield
-        return
-    with _SCATTER(kind):
-        yield
+
+
+def current_scatter() -> str:
+    """The scatter-add form asked for here (``"direct"`` where JAX has no such state)."""
+    return "direct" if _SCATTER is None else _SCATTER.value
 
 
 def _sortable(plan) -> str | None:
@@ -103,12 +96,12 @@ def _sortable(plan) -> str | None:
     return None
 
 
-def scatter_form(plan, data_dtype=None) -> str:
+def scatter_form(plan, data_dtype) -> str:
     """The scatter-add form a gradient of ``plan`` traced here takes (see
     :func:`grad_scatter`)."""
-    if _SCATTER is None or _SCATTER.value == "direct" or _sortable(plan) is not None:
+    if current_scatter() == "direct" or _sortable(plan) is not None:
         return "direct"
-    if data_dtype is not None and not jnp.issubdtype(data_dtype, jnp.inexact):
+    if not jnp.issubdtype(data_dtype, jnp.inexact):
         return "direct"  # no gradient flows to integer data
     return "sorted"
 
@@ -116,7 +109,7 @@ def scatter_form(plan, data_dtype=None) -> str:
 def scatter_text(plan) -> str:
     """What ``explain`` says of the gradient's scatter-add."""
     what = "gradient: "
-    if _SCATTER is None or _SCATTER.value == "direct":
+    if current_scatter() == "direct":
         return what + "one scatter-add at the indices as given (grad_scatter 'direct')"
     why = _sortable(plan)
     if why is None:

@@ -120,48 +120,55 @@ def lax_mode(mode: str) -> lax.GatherScatterMode:
 CHECK_STYLES = ("report", "flag", "speculate", "full")
 
 
-def _style_state():
-    """A JAX config state, part of every trace's cache key: how bound checks are traced.
-
-    * ``"report"`` (the default): the check carries its report (first bad index,
-      position, count) and the result is exact. ``"full"`` is the same, for
-      :func:`xgather.checked`'s report program: its traces (which hold the
-      functionalised checks) are then never reused by a plain call of a jitted
-      function inside ``fn``, which keeps its own error that names the remedies.
-    * ``"flag"``: a flag alone decides; :func:`xgather.checked` reruns with the
-      report when it is set. Saves the report's tracing and compilation.
-    * ``"speculate"``: where the wrap would take a branch, the flag is whether
-      any index lies outside ``[0, s-1]`` (in-range negative indices set it
-      too), and the result is that of the indices as given, valid only while
-      the flag is clear: no negative wrap, no branch. :func:`xgather.checked`
-      traces its fast program so and reruns an exact program whenever the flag
-      is set.
-
-    Being part of the trace context, the state keeps a function jitted inside
-    ``fn`` from reusing a trace made with another style. None where this JAX has
-    no such API: checks then always carry the report (exact, slower to trace).
-    """
+def trace_state(name: str, values: tuple[str, ...], default: str, help: str):
+    """A JAX config state of ``values``, part of every trace's context, so of every jit
+    cache key (``jax.config.update(name, ...)`` and the upper-case environment variable
+    set it for the process). None where this JAX has no such API."""
     try:
         from jax._src import config as jax_config
-        return jax_config.enum_state(
-            "xgather_check_style", CHECK_STYLES, "report",
-            "How xgather traces its bound checks (report, flag or speculate).",
-            include_in_trace_context=True)
+        return jax_config.enum_state(name, values, default, help,
+                                     include_in_trace_context=True)
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
         return None
 
 
-_STYLE = _style_state()
-
-
 @contextlib.contextmanager
-def check_style(style: str):
-    """Trace bound checks in ``style`` (see :func:`_style_state`): :func:`xgather.checked`."""
-    if _STYLE is None:  # pragma: no cover - other JAX versions
+def traced_as(state, value: str):
+    """``state`` (from :func:`trace_state`) set to ``value`` for a block; nothing where
+    it is None."""
+    if state is None:  # pragma: no cover - other JAX versions
         yield
         return
-    with _STYLE(style):
+    with state(value):
         yield
+
+
+#: How bound checks are traced (:func:`trace_state`):
+#:
+#: * ``"report"`` (the default): the check carries its report (first bad index,
+#:   position, count) and the result is exact. ``"full"`` is the same, for
+#:   :func:`xgather.checked`'s report program: its traces (which hold the
+#:   functionalised checks) are then never reused by a plain call of a jitted
+#:   function inside ``fn``, which keeps its own error that names the remedies.
+#: * ``"flag"``: a flag alone decides; :func:`xgather.checked` reruns with the
+#:   report when it is set. Saves the report's tracing and compilation.
+#: * ``"speculate"``: where the wrap would take a branch, the flag is whether
+#:   any index lies outside ``[0, s-1]`` (in-range negative indices set it
+#:   too), and the result is that of the indices as given, valid only while
+#:   the flag is clear: no negative wrap, no branch. :func:`xgather.checked`
+#:   traces its fast program so and reruns an exact program whenever the flag
+#:   is set.
+#:
+#: Being part of the trace context, the state keeps a function jitted inside
+#: ``fn`` from reusing a trace made with another style. None where this JAX has
+#: no such API: checks then always carry the report (exact, slower to trace).
+_STYLE = trace_state("xgather_check_style", CHECK_STYLES, "report",
+                     "How xgather traces its bound checks (report, flag or speculate).")
+
+
+def check_style(style: str):
+    """Trace bound checks in ``style`` (see :data:`_STYLE`): :func:`xgather.checked`."""
+    return traced_as(_STYLE, style)
 
 
 def current_style() -> str:
