@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _dtypes, _grad, _modes, _plan
+from xgather import _dtypes, _grad, _kernel, _modes, _plan
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 from xgather._plan import Plan
 
@@ -55,6 +55,8 @@ class Hints(NamedTuple):
     indices_are_sorted: bool = False
     unique_indices: bool = False
     out_sharding: Any = None
+    #: The kernel asked for (:func:`xgather.gather_kernel`), set when a gather is traced.
+    kernel: str = "xla"
 
 
 NO_HINTS = Hints()
@@ -102,6 +104,11 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
         no_clamp_into_nothing(plan, mode, idx)
         # full_like keeps data's weak type, as the gather does
         return lax.full_like(data, fill, shape=plan.gather_shape).reshape(plan.out_shape)
+    if hints.kernel != "xla" and _kernel.why_not(plan, data.dtype, hints) is None:
+        view = _kernel.rows_view(plan)
+        assert isinstance(view, _kernel.Rows)  # why_not found none
+        return _kernel.row_gather(plan, view, mode, fill, data, idx,
+                                  interpret=hints.kernel != "pallas")
     start = idx if plan.index_vector else idx[..., None]
     if mode == "clip":
         unique_indices = False  # clamping can map distinct indices to one position
@@ -168,6 +175,9 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
     :mod:`xgather._grad`).
     With ``flag``, returns ``(bad, out)`` (see :func:`prepare`, also for ``speculate``).
     """
+    if hints.kernel != _kernel.current_kernel():
+        hints = hints._replace(kernel=_kernel.current_kernel())
+
     def gather(idx):
         return _grad.gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
 
