@@ -179,10 +179,12 @@ def text(plan) -> str:
             f"{MIN_ROW_BYTES} bytes or more (else lax.gather)")
 
 
-def blocks(inner: int, itemsize: int) -> tuple[int, int]:
-    """``(bm, bd)``: rows and row elements per program, powers of two (Triton's rule)."""
-    bd = min(_next_pow2(inner), _MAX_SEGMENT)
-    bm = max(1, min(_BLOCK_ELEMENTS // bd, 128))
+def blocks(inner: int, itemsize: int, block_elements: int = _BLOCK_ELEMENTS,
+           max_segment: int = _MAX_SEGMENT) -> tuple[int, int]:
+    """``(bm, bd)``: rows and row elements per program, powers of two (Triton's rule).
+    The defaults are a first guess; ``.ci/gpu-kernel-sweep.py`` measures others on a GPU."""
+    bd = min(_next_pow2(inner), max_segment)
+    bm = max(1, min(block_elements // bd, 128))
     del itemsize  # one rule for all widths until a GPU measurement says otherwise
     return bm, bd
 
@@ -191,13 +193,17 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def row_gather(plan, view: Rows, mode: str, fill, data, idx, interpret: bool):
+def row_gather(plan, view: Rows, mode: str, fill, data, idx, interpret: bool,
+               tuning: tuple[int, int, int] | None = None):
     """``plan``'s gather of prepared indices ``idx`` by the Pallas kernel, in
-    ``plan.out_shape``."""
+    ``plan.out_shape``. ``tuning``: ``(block elements, widest segment, warps)`` in
+    place of the defaults (for a sweep on a GPU)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plt
 
-    bm, bd = blocks(view.inner, data.dtype.itemsize)
+    block_elements, max_segment, num_warps = tuning or (_BLOCK_ELEMENTS, _MAX_SEGMENT,
+                                                        _NUM_WARPS)
+    bm, bd = blocks(view.inner, data.dtype.itemsize, block_elements, max_segment)
     data3 = data.reshape(view.outer, view.rows, view.inner)
     idx3 = idx.reshape(view.groups, view.count, view.depth)
     grid = (view.outer, pl.cdiv(view.count, bm), pl.cdiv(view.inner, bd))
@@ -210,7 +216,7 @@ def row_gather(plan, view: Rows, mode: str, fill, data, idx, interpret: bool):
         kernel, grid=grid, in_specs=[anywhere, anywhere], out_specs=anywhere,
         out_shape=jax.ShapeDtypeStruct((view.outer, view.count, view.inner), data.dtype),
         interpret=interpret, name="xgather_row_gather",
-        compiler_params=None if interpret else plt.CompilerParams(num_warps=_NUM_WARPS,
+        compiler_params=None if interpret else plt.CompilerParams(num_warps=num_warps,
                                                                    num_stages=1),
     )(idx3, data3)
     return out.reshape(plan.out_shape)
