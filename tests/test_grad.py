@@ -415,6 +415,24 @@ def test_grad_scatter_is_part_of_the_trace_context():
     assert "indices_are_sorted = true" not in grad.lower(data, idx).as_text()
 
 
+def test_a_jitted_gradient_called_again_under_the_other_form_traces_anew():
+    """The form is part of the jit dispatch key, not only of the trace caches: a call
+    from Python under the other form must not run the program traced under the first."""
+    traces = []
+
+    def loss(d, i):
+        traces.append(xgather._grad.current_scatter())
+        return xgather.onnx.gather(d, i, 0, mode="clip").sum()
+    grad = jax.jit(jax.grad(loss))
+    data, idx = jnp.ones((5, 2)), jnp.array([4, 1, 4])
+    want = [[0, 0], [1, 1], [0, 0], [0, 0], [2, 2]]
+    np.testing.assert_array_equal(grad(data, idx), want)
+    with xgather.grad_scatter("sorted"):
+        np.testing.assert_array_equal(grad(data, idx), want)
+    np.testing.assert_array_equal(grad(data, idx), want)  # the first program, cached
+    assert traces == ["direct", "sorted"]
+
+
 def test_promised_unique_indices_keep_the_direct_scatter_outside_clip():
     data, idx = np.ones((6, 2), np.float32), np.array([4, 0, 2])
     with xgather.grad_scatter("sorted"):

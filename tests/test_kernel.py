@@ -262,6 +262,13 @@ def test_kernel_choice_is_part_of_the_trace_context():
         assert "pallas_call" in f.trace(data, idx).jaxpr.pretty_print()
     finally:
         jax.config.update("xgather_gather_kernel", before)
+    traced = []  # a call from Python: the kernel is part of the jit dispatch key too
+    g = jax.jit(lambda d, i: traced.append(_kernel.current_kernel()) or
+                xgather.onnx.gather(d, i, 0, mode="clip"))
+    for kind in ("xla", KERNEL, "xla"):
+        with xgather.gather_kernel(kind):
+            assert_same(g(data, idx), ref.gather(data, idx))
+    assert traced == ["xla", KERNEL]
     with pytest.raises(ValueError, match="xgather.gather_kernel.*kind"):
         with xgather.gather_kernel("triton"):
             pass
@@ -300,3 +307,21 @@ def test_kernel_lowers_to_triton_for_cuda(dtype):
     for mode in ("promise_in_bounds", "fill"):
         text = _lower_for_cuda(plan, mode, dtype, fill=0 if mode == "fill" else None)
         assert "__gpu$xla.gpu.triton" in text and "xgather_row_gather" in text, text[:2000]
+
+
+def test_eager_calls_of_a_cached_signature_follow_the_kernel_choice(monkeypatch):
+    """The eager runner cached per signature is a jitted program, whose cache holds the
+    trace context: a later call under another kernel traces anew, and runs it."""
+    traced = []
+    real = _kernel.row_gather
+    monkeypatch.setattr(_kernel, "row_gather", lambda *a, **k: traced.append(1) or real(*a, **k))
+    data, idx = jnp.asarray(_data((31, 64))), jnp.asarray(_idx((6,), 31))
+    numpy_idx = np.asarray(idx)
+    want = ref.gather(np.asarray(data), numpy_idx)
+    for i in (idx, numpy_idx):  # device indices (flagged program), NumPy (host check)
+        assert_same(xgather.onnx.gather(data, i), want)
+        assert not traced
+        with xgather.gather_kernel(KERNEL):
+            assert_same(xgather.onnx.gather(data, i), want)
+        assert traced
+        traced.clear()

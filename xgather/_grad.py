@@ -45,7 +45,7 @@ GRAD_SCATTERS = ("direct", "sorted")
 
 
 #: The form of the gradient's scatter-add (:func:`grad_scatter`), a JAX config state in
-#: the trace context (so in the jit caches' keys): ``jax.config.update(
+#: the trace context and the jit dispatch key (:func:`xgather._modes.trace_state`): ``jax.config.update(
 #: "xgather_grad_scatter", ...)`` sets it for the process, the ``XGATHER_GRAD_SCATTER``
 #: environment variable at import. None where this JAX has no such API: always direct.
 _SCATTER = _modes.trace_state(

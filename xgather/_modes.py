@@ -121,12 +121,18 @@ CHECK_STYLES = ("report", "flag", "speculate", "full")
 
 
 def trace_state(name: str, values: tuple[str, ...], default: str, help: str):
-    """A JAX config state of ``values``, part of every trace's context, so of every jit
-    cache key (``jax.config.update(name, ...)`` and the upper-case environment variable
-    set it for the process). None where this JAX has no such API."""
+    """A JAX config state of ``values`` (``jax.config.update(name, ...)`` and the
+    upper-case environment variable set it for the process). None where this JAX has no
+    such API.
+
+    It is part of every trace's context (the caches of tracing, lowering and nested
+    jits) and of the jit dispatch key: without the latter, a jitted function called
+    again from Python under another value would run the program traced under the
+    first (JAX's C++ dispatch cache looks at jit-key states only).
+    """
     try:
         from jax._src import config as jax_config
-        return jax_config.enum_state(name, values, default, help,
+        return jax_config.enum_state(name, values, default, help, include_in_jit_key=True,
                                      include_in_trace_context=True)
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
         return None
