@@ -45,9 +45,10 @@ GRAD_SCATTERS = ("direct", "sorted")
 
 
 #: The form of the gradient's scatter-add (:func:`grad_scatter`), a JAX config state in
-#: the trace context and the jit dispatch key (:func:`xgather._modes.trace_state`): ``jax.config.update(
-#: "xgather_grad_scatter", ...)`` sets it for the process, the ``XGATHER_GRAD_SCATTER``
-#: environment variable at import. None where this JAX has no such API: always direct.
+#: the trace context and the jit dispatch key (:func:`xgather._modes.trace_state`):
+#: ``jax.config.update("xgather_grad_scatter", ...)`` sets it for the process, the
+#: ``XGATHER_GRAD_SCATTER`` environment variable at import. None where this JAX has no
+#: such API: always direct.
 _SCATTER = _modes.trace_state(
     "xgather_grad_scatter", GRAD_SCATTERS, "direct",
     "The form of the scatter-add in the gradient of xgather's gathers: direct "
