@@ -110,8 +110,9 @@ def test_kernel_matches_reference(case, mode):
     f = functools.partial(op, **kw)
     with xgather.gather_kernel(KERNEL):
         assert _pallas_calls(f, data, idx) == 1, "the kernel did not run"
-        assert_same(f(data, idx), want)  # eager: host check, then the gather
-        assert_same(xgather.checked(jax.jit(f))(data, idx), want)  # traced indices
+        assert_same(f(data, idx), want)  # eager (under "error": host check, then gather)
+        if mode == "default":  # traced indices: the flagged program
+            assert_same(xgather.checked(jax.jit(f))(data, idx), want)
 
 
 @pytest.mark.parametrize("case", CASES[1:4:2], ids=[c[0] for c in CASES[1:4:2]])
