@@ -286,10 +286,9 @@ def test_kernel_on_a_mesh_keeps_lax():
 
 # -- Triton: the kernel lowers for CUDA on any machine ----------------------------------------
 
-def _lower_for_cuda(plan, mode, dtype, fill=None):
+def _lower_for_cuda(plan, mode, dtype, fill=None, idx_dtype=np.int32):
     view = _kernel.rows_view(plan)
     assert isinstance(view, _kernel.Rows), view
-    idx_dtype = np.int64 if jax.config.jax_enable_x64 else np.int32
 
     def f(d, i):
         return _kernel.row_gather(plan, view, mode, fill, d, i, interpret=False)
@@ -326,3 +325,23 @@ def test_eager_calls_of_a_cached_signature_follow_the_kernel_choice(monkeypatch)
             assert_same(xgather.onnx.gather(data, i), want)
         assert traced
         traced.clear()
+
+
+def test_kernel_lowers_to_triton_for_unsigned_indices():
+    if os.environ.get("JAX_PLATFORMS", "") not in ("", "cpu"):
+        pytest.skip("cross-lowering is checked on CPU; a GPU runs the kernel itself")
+    idx_dtype = np.uint32  # OpenVINO's (uint64 with x64: the interpreter tests it)
+    plan = xgather.explain(xgather.openvino.gather, jax.ShapeDtypeStruct((100, 64), np.float32),
+                           jax.ShapeDtypeStruct((7,), idx_dtype), 0)
+    text = _lower_for_cuda(plan, "fill", np.float32, fill=0, idx_dtype=idx_dtype)
+    assert "__gpu$xla.gpu.triton" in text
+
+
+def test_kernel_unsigned_indices_clamp_and_fill():
+    data = _data((16, 64))
+    u = np.array([3, 2 ** 31 + 5, 15, 16], np.uint32)  # OpenVINO: unsigned indices
+    with xgather.gather_kernel(KERNEL):
+        f = lambda d, i, mode: xgather.openvino.gather(d, i, 0, mode=mode)  # noqa: E731
+        assert _pallas_calls(functools.partial(f, mode="fill"), data, u) == 1
+        assert_same(f(data, u, "fill"), ref.gather(data, u.astype(np.int64), oob="fill"))
+        assert_same(f(data, u, "clip"), ref.gather(data, u.astype(np.int64), oob="clip"))
