@@ -7,10 +7,10 @@ memory bandwidth (issue 13 asks for 80% of a device-to-device copy on large row
 gathers): gathers whose every index selects a contiguous row of at least
 :data:`MIN_ROW_BYTES`. Each program loads a block of ``bm`` indices at once and
 then ``bm`` row segments of ``bd`` elements, so many row loads are in flight per
-thread, where XLA's loop emitter has one short vector per thread, issued after its
-index load. Whether that pays is for a GPU measurement to say (the bench's
-``xgather[promise,pallas]`` beside ``xgather[promise]``); until one does,
-:func:`gather_kernel` defaults to ``"xla"``.
+thread, where XLA's loop emitter (as we read its source) has one short vector per
+thread, issued after its index load. Whether that pays is for a GPU measurement to
+say (the bench's ``xgather[promise,pallas]`` beside ``xgather[promise]``); until one
+does, :func:`gather_kernel` defaults to ``"xla"``.
 
 Which plans take it: ONNX and OpenVINO ``Gather`` (any axis, batch dims too),
 ``GatherND`` (any index depth and batch dims), the BNNS and LabVIEW gathers,
