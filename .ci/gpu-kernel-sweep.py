@@ -31,18 +31,17 @@ lines = [f"jax {jax.__version__}, {device.device_kind}; x + 1 over {nbytes >> 20
 TUNINGS = [(4096, 1024, 4), (2048, 1024, 4), (8192, 1024, 8), (16384, 1024, 8),
            (4096, 128, 4), (1024, 1024, 4), (32768, 1024, 16)]
 PROMISE = {"mode": "promise_in_bounds", "negative_indices": False}
-OPS = {"W1": (xgather.onnx.gather, {"axis": 0}), "W2": (xgather.onnx.gather, {"axis": 1}),
-       "W5": (xgather.onnx.gather_nd, {}), "W6": (xgather.onnx.gather_nd, {"batch_dims": 1})}
 
 
-def sweep(key, op, attrs):
+def sweep(key):
     """The lines of one workload: lax.gather and every tuning, timed interleaved."""
     w = WORKLOADS[key]
     data, idx = w.arrays(SIZE)
     if SIZE != "gpu":  # rows the kernel takes
         data = np.resize(data, data.shape[:-1] + (64,))
     d, i = systems.jax_inputs(data, idx, device)
-    plan = xgather.explain(op, data, idx, **attrs, **PROMISE)
+    op, attrs, options = systems.xgather_op(w)
+    plan = xgather.explain(op, data, idx, *attrs, **options, **PROMISE)
     view = _kernel.rows_view(plan)
     assert isinstance(view, _kernel.Rows), (key, view)
     fns = {"lax.gather": jax.jit(systems.lax_fn(w))}
@@ -72,7 +71,7 @@ def sweep(key, op, attrs):
     return out
 
 
-for key, (op, attrs) in OPS.items():
-    lines += sweep(key, op, attrs)
+for key in ("W1", "W2", "W5", "W6"):
+    lines += sweep(key)
 (out / "kernel-sweep.txt").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))

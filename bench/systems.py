@@ -51,28 +51,28 @@ def jax_inputs(data, idx, device):
     return jax.device_put(data, device), jax.device_put(idx, device)
 
 
+def xgather_op(w):
+    """``(op, attrs, options)``: the xgather op of the workload, its positional attributes
+    and keyword options (for ``grad``: the forward gather)."""
+    import xgather
+    return {"onnx.gather": (xgather.onnx.gather, (w.axis,), {}),
+            "grad": (xgather.onnx.gather, (0,), {}),
+            "onnx.gather_nd": (xgather.onnx.gather_nd, (w.batch_dims,), {}),
+            "onnx.gather_elements": (xgather.onnx.gather_elements, (w.axis,), {}),
+            "openvino.gather7": (xgather.openvino.gather, (w.axis, w.batch_dims),
+                                 {"version": 7})}[w.op]
+
+
 def _xgather_fn(w, mode, **kw):
     """The workload's op; ``kw`` (e.g. ``negative_indices``) passed to it."""
     import jax
+    op, attrs, options = xgather_op(w)
 
-    import xgather
-    if w.op == "onnx.gather":
-        def f(d, i):
-            return xgather.onnx.gather(d, i, w.axis, mode=mode, **kw)
-    elif w.op == "onnx.gather_nd":
-        def f(d, i):
-            return xgather.onnx.gather_nd(d, i, w.batch_dims, mode=mode, **kw)
-    elif w.op == "onnx.gather_elements":
-        def f(d, i):
-            return xgather.onnx.gather_elements(d, i, w.axis, mode=mode, **kw)
-    elif w.op == "openvino.gather7":
-        def f(d, i):
-            return xgather.openvino.gather(d, i, w.axis, w.batch_dims, version=7, mode=mode,
-                                           **kw)
-    else:  # grad
-        def f(d, i):
-            return jax.grad(lambda x: (xgather.onnx.gather(x, i, 0, mode=mode, **kw) ** 2).sum())(d)
-    return f
+    def f(d, i):
+        return op(d, i, *attrs, mode=mode, **options, **kw)
+    if w.op != "grad":
+        return f
+    return lambda d, i: jax.grad(lambda x: (f(x, i) ** 2).sum())(d)
 
 
 def xgather_runner(w, d, i, mode=None, grad_scatter=None, kernel=None, **kw) -> Runner:
@@ -108,12 +108,8 @@ def pallas_takes(w, data, idx) -> bool:
     """Whether xgather's Pallas row kernel takes this workload's gather (on a GPU)."""
     import xgather
     from xgather._kernel import takes
-    ops = {"onnx.gather": (xgather.onnx.gather, (w.axis,)), "grad": (xgather.onnx.gather, (0,)),
-           "onnx.gather_nd": (xgather.onnx.gather_nd, (w.batch_dims,)),
-           "onnx.gather_elements": (xgather.onnx.gather_elements, (w.axis,)),
-           "openvino.gather7": (xgather.openvino.gather, (w.axis, w.batch_dims))}
-    op, attrs = ops[w.op]
-    return takes(xgather.explain(op, data, idx, *attrs), data.dtype) is None
+    op, attrs, options = xgather_op(w)
+    return takes(xgather.explain(op, data, idx, *attrs, **options), data.dtype) is None
 
 
 def lax_fn(w):

@@ -175,8 +175,9 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
     :mod:`xgather._grad`).
     With ``flag``, returns ``(bad, out)`` (see :func:`prepare`, also for ``speculate``).
     """
-    if hints.kernel != _kernel.current_kernel():
-        hints = hints._replace(kernel=_kernel.current_kernel())
+    kernel = _kernel.current_kernel()
+    if hints.kernel != kernel:
+        hints = hints._replace(kernel=kernel)
 
     def gather(idx):
         return _grad.gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)

@@ -30,7 +30,6 @@ workloads) says otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import jax
@@ -38,24 +37,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from xgather import _kernel, _modes, _plan
-from xgather._errors import choice
 
 #: The forms of the gradient's scatter-add (see :func:`grad_scatter`).
 GRAD_SCATTERS = ("direct", "sorted")
 
 
 #: The form of the gradient's scatter-add (:func:`grad_scatter`), a JAX config state in
-#: the trace context and the jit dispatch key (:func:`xgather._modes.trace_state`):
+#: the trace context and the jit dispatch key (:class:`xgather._modes.TraceState`):
 #: ``jax.config.update("xgather_grad_scatter", ...)`` sets it for the process, the
-#: ``XGATHER_GRAD_SCATTER`` environment variable at import. None where this JAX has no
-#: such API: always direct.
-_SCATTER = _modes.trace_state(
+#: ``XGATHER_GRAD_SCATTER`` environment variable at import.
+_SCATTER = _modes.TraceState(
     "xgather_grad_scatter", GRAD_SCATTERS, "direct",
     "The form of the scatter-add in the gradient of xgather's gathers: direct "
     "(JAX's transpose) or sorted (indices sorted first).")
 
 
-@contextlib.contextmanager
 def grad_scatter(kind: str):
     """Trace the gradients of xgather's gathers with the scatter-add ``kind``:
 
@@ -76,14 +72,12 @@ def grad_scatter(kind: str):
     ``jax.config.update("xgather_grad_scatter", "sorted")`` or the environment
     variable ``XGATHER_GRAD_SCATTER=sorted``.
     """
-    choice("xgather.grad_scatter", "kind", kind, GRAD_SCATTERS)
-    with _modes.traced_as(_SCATTER, kind):
-        yield
+    return _SCATTER.traced_as(kind, "xgather.grad_scatter")
 
 
 def current_scatter() -> str:
     """The scatter-add form asked for here (``"direct"`` where JAX has no such state)."""
-    return "direct" if _SCATTER is None else _SCATTER.value
+    return _SCATTER.value
 
 
 def _sortable(plan) -> str | None:

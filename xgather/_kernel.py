@@ -26,7 +26,6 @@ primal runs the kernel and the tangent ``lax.gather``, through the custom JVP of
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -35,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from xgather import _modes
-from xgather._errors import choice
 
 #: The gather kernels (see :func:`gather_kernel`).
 KERNELS = ("xla", "pallas", "pallas_interpret")
@@ -57,13 +55,12 @@ _DTYPES = frozenset(np.dtype(t) for t in (
     np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64, jnp.bfloat16))
 
-_KERNEL = _modes.trace_state(
+_KERNEL = _modes.TraceState(
     "xgather_gather_kernel", KERNELS, "xla",
     "The kernel of xgather's row gathers: xla (lax.gather), pallas (a Pallas Triton "
     "kernel on GPUs) or pallas_interpret (the same kernel in Pallas's interpreter).")
 
 
-@contextlib.contextmanager
 def gather_kernel(kind: str):
     """Trace xgather's row gathers with the kernel ``kind``:
 
@@ -82,14 +79,12 @@ def gather_kernel(kind: str):
     ``jax.config.update("xgather_gather_kernel", "pallas")`` or the environment
     variable ``XGATHER_GATHER_KERNEL=pallas``.
     """
-    choice("xgather.gather_kernel", "kind", kind, KERNELS)
-    with _modes.traced_as(_KERNEL, kind):
-        yield
+    return _KERNEL.traced_as(kind, "xgather.gather_kernel")
 
 
 def current_kernel() -> str:
     """The kernel asked for here (``"xla"`` where JAX has no such state)."""
-    return "xla" if _KERNEL is None else _KERNEL.value
+    return _KERNEL.value
 
 
 class Rows:
@@ -179,13 +174,13 @@ def text(plan) -> str:
             f"{MIN_ROW_BYTES} bytes or more (else lax.gather)")
 
 
-def blocks(inner: int, itemsize: int, block_elements: int = _BLOCK_ELEMENTS,
+def blocks(inner: int, block_elements: int = _BLOCK_ELEMENTS,
            max_segment: int = _MAX_SEGMENT) -> tuple[int, int]:
-    """``(bm, bd)``: rows and row elements per program, powers of two (Triton's rule).
-    The defaults are a first guess; ``.ci/gpu-kernel-sweep.py`` measures others on a GPU."""
+    """``(bm, bd)``: rows and row elements per program, powers of two (Triton's rule),
+    one rule for every data width. The defaults are a first guess;
+    ``.ci/gpu-kernel-sweep.py`` measures others on a GPU."""
     bd = min(_next_pow2(inner), max_segment)
     bm = max(1, min(block_elements // bd, 128))
-    del itemsize  # one rule for all widths until a GPU measurement says otherwise
     return bm, bd
 
 
@@ -203,7 +198,7 @@ def row_gather(plan, view: Rows, mode: str, fill, data, idx, interpret: bool,
 
     block_elements, max_segment, num_warps = tuning or (_BLOCK_ELEMENTS, _MAX_SEGMENT,
                                                         _NUM_WARPS)
-    bm, bd = blocks(view.inner, data.dtype.itemsize, block_elements, max_segment)
+    bm, bd = blocks(view.inner, block_elements, max_segment)
     data3 = data.reshape(view.outer, view.rows, view.inner)
     idx3 = idx.reshape(view.groups, view.count, view.depth)
     grid = (view.outer, pl.cdiv(view.count, bm), pl.cdiv(view.inner, bd))

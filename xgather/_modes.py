@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import types
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -120,36 +120,45 @@ def lax_mode(mode: str) -> lax.GatherScatterMode:
 CHECK_STYLES = ("report", "flag", "speculate", "full")
 
 
-def trace_state(name: str, values: tuple[str, ...], default: str, help: str):
+class TraceState:
     """A JAX config state of ``values`` (``jax.config.update(name, ...)`` and the
-    upper-case environment variable set it for the process). None where this JAX has no
-    such API.
+    upper-case environment variable set it for the process), read and set here.
 
     It is part of every trace's context (the caches of tracing, lowering and nested
     jits) and of the jit dispatch key: without the latter, a jitted function called
     again from Python under another value would run the program traced under the
-    first (JAX's C++ dispatch cache looks at jit-key states only).
+    first (JAX's C++ dispatch cache looks at jit-key states only). Where this JAX has
+    no such API, the state is always ``default``.
     """
-    try:
-        from jax._src import config as jax_config
-        return jax_config.enum_state(name, values, default, help, include_in_jit_key=True,
-                                     include_in_trace_context=True)
-    except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX versions
-        return None
+
+    def __init__(self, name: str, values: tuple[str, ...], default: str, help: str):
+        self.values, self.default = values, default
+        self._state: Any = None
+        try:
+            from jax._src import config as jax_config
+            self._state = jax_config.enum_state(name, values, default, help,
+                                                include_in_jit_key=True,
+                                                include_in_trace_context=True)
+        except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX
+            pass
+
+    @property
+    def value(self) -> str:
+        """The value asked for here."""
+        return self.default if self._state is None else self._state.value
+
+    def traced_as(self, value: str, where: str | None = None):
+        """A context manager that sets the state to ``value`` for a block (nothing where
+        JAX has no such state). ``where``: the public function asking, which checks
+        ``value`` against :attr:`values` first."""
+        if where is not None:
+            choice(where, "kind", value, self.values)
+        if self._state is None:  # pragma: no cover - other JAX versions
+            return contextlib.nullcontext()
+        return self._state(value)
 
 
-@contextlib.contextmanager
-def traced_as(state, value: str):
-    """``state`` (from :func:`trace_state`) set to ``value`` for a block; nothing where
-    it is None."""
-    if state is None:  # pragma: no cover - other JAX versions
-        yield
-        return
-    with state(value):
-        yield
-
-
-#: How bound checks are traced (:func:`trace_state`):
+#: How bound checks are traced (:class:`TraceState`):
 #:
 #: * ``"report"`` (the default): the check carries its report (first bad index,
 #:   position, count) and the result is exact. ``"full"`` is the same, for
@@ -168,17 +177,17 @@ def traced_as(state, value: str):
 #: Being part of the trace context, the state keeps a function jitted inside
 #: ``fn`` from reusing a trace made with another style. None where this JAX has
 #: no such API: checks then always carry the report (exact, slower to trace).
-_STYLE = trace_state("xgather_check_style", CHECK_STYLES, "report",
-                     "How xgather traces its bound checks (report, flag or speculate).")
+_STYLE = TraceState("xgather_check_style", CHECK_STYLES, "report",
+                    "How xgather traces its bound checks (report, flag or speculate).")
 
 
 def check_style(style: str):
     """Trace bound checks in ``style`` (see :data:`_STYLE`): :func:`xgather.checked`."""
-    return traced_as(_STYLE, style)
+    return _STYLE.traced_as(style)
 
 
 def current_style() -> str:
-    return "report" if _STYLE is None else _STYLE.value
+    return _STYLE.value
 
 
 #: JAX's traces of forward mode, and of linearization (reverse mode, ``linearize``).
