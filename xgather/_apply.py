@@ -104,9 +104,8 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
         no_clamp_into_nothing(plan, mode, idx)
         # full_like keeps data's weak type, as the gather does
         return lax.full_like(data, fill, shape=plan.gather_shape).reshape(plan.out_shape)
-    if hints.kernel != "xla" and _kernel.why_not(plan, data.dtype, hints) is None:
-        view = _kernel.rows_view(plan)
-        assert isinstance(view, _kernel.Rows)  # why_not found none
+    view = _kernel.runs(plan, data.dtype, hints) if hints.kernel != "xla" else None
+    if view is not None:
         return _kernel.row_gather(plan, view, mode, fill, data, idx,
                                   interpret=hints.kernel != "pallas")
     start = idx if plan.index_vector else idx[..., None]

@@ -147,7 +147,7 @@ def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     form = "direct" if direct else scatter_form(plan, data.dtype)
     # A Pallas kernel has no transpose: its gather takes the derivative defined here,
     # whose tangent is lax.gather's.
-    kernel = hints.kernel != "xla" and _kernel.why_not(plan, data.dtype, hints) is None
+    kernel = hints.kernel != "xla" and _kernel.runs(plan, data.dtype, hints) is not None
     if grad is None and accumulation(data.dtype) is None and form == "direct" and not kernel:
         return gather_prepared(plan, mode, fill_value, hints, data, idx)
     return _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)

@@ -137,8 +137,11 @@ def takes(plan, dtype) -> str | None:
     """Why the kernel cannot gather ``plan`` on ``dtype`` data, on any backend (None: it
     can)."""
     view = rows_view(plan)
-    if isinstance(view, str):
-        return view
+    return view if isinstance(view, str) else _row_refusal(view, dtype)
+
+
+def _row_refusal(view: Rows, dtype) -> str | None:
+    """Why the kernel does not copy ``view``'s rows of ``dtype`` data (None: it does)."""
     dtype = np.dtype(dtype)
     if dtype not in _DTYPES:
         return f"the kernel does not copy {dtype} data"
@@ -148,15 +151,16 @@ def takes(plan, dtype) -> str | None:
     return None
 
 
-def why_not(plan, dtype, hints) -> str | None:
-    """Why the kernel of ``hints`` (:class:`xgather._apply.Hints`) does not run for
-    ``plan`` on ``dtype`` data here; None where it runs."""
-    refused = _refusal(plan, hints.kernel)
-    why = refused if isinstance(refused, str) else takes(plan, dtype)
-    if why is None and (hints.out_sharding is not None
-                        or jax.sharding.get_abstract_mesh().axis_names):
-        why = "it is placed on a mesh (a Pallas call is not partitioned)"
-    return why
+def runs(plan, dtype, hints) -> Rows | None:
+    """``plan`` as the :class:`Rows` the kernel of ``hints`` (:class:`xgather._apply.Hints`)
+    gathers on ``dtype`` data here; None where ``lax.gather`` does (a placement on a mesh
+    included: a Pallas call is not partitioned)."""
+    view = _refusal(plan, hints.kernel)
+    if isinstance(view, str) or _row_refusal(view, dtype) is not None:
+        return None
+    if hints.out_sharding is not None or jax.sharding.get_abstract_mesh().axis_names:
+        return None
+    return view
 
 
 def text(plan) -> str:

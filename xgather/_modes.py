@@ -175,8 +175,8 @@ class TraceState:
 #:   is set.
 #:
 #: Being part of the trace context, the state keeps a function jitted inside
-#: ``fn`` from reusing a trace made with another style. None where this JAX has
-#: no such API: checks then always carry the report (exact, slower to trace).
+#: ``fn`` from reusing a trace made with another style. Where this JAX has no such
+#: API, the style is always ``"report"`` (exact, slower to trace).
 _STYLE = TraceState("xgather_check_style", CHECK_STYLES, "report",
                     "How xgather traces its bound checks (report, flag or speculate).")
 
