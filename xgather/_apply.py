@@ -327,14 +327,18 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
     def device_checked(data, indices):
         nonlocal gather
         bad, out = gather(data, indices)
-        if flag_set(bad):
-            _modes.host_check(plan, indices)
-            if gather is exact:
-                raise AssertionError(f"{plan.op}: the device flagged an index the host check "
-                                     "passed")
-            gather = exact  # in-range negative indices: wrap them from now on
-            return device_checked(data, indices)
-        return out
+        try:  # flag_set, inlined
+            if not memoryview(bad)[()]:
+                return out
+        except (BufferError, TypeError):
+            if not copied_flag_set(bad):
+                return out
+        _modes.host_check(plan, indices)
+        if gather is exact:
+            raise AssertionError(f"{plan.op}: the device flagged an index the host check "
+                                 "passed")
+        gather = exact  # in-range negative indices: wrap them from now on
+        return device_checked(data, indices)
     return device_checked
 
 
@@ -343,15 +347,23 @@ def flag_set(flag) -> bool:
 
     A single-device CPU array is read through the buffer protocol, a few
     microseconds sooner than ``np.asarray``; other arrays (GPU, sharded) are
-    copied over. A checkify ``Error`` (where :func:`_any_error` found no flag
-    field) is set when it holds a message.
+    copied over (:func:`copied_flag_set`). The per-call paths of
+    :func:`checked` and :func:`concrete_runner` inline the first case, which
+    saves a call and measured about 0.8 us of W8's 32 (issue 12).
     """
     try:
         return bool(memoryview(flag)[()])
-    except BufferError:  # not one CPU buffer
-        return bool(np.asarray(flag))
-    except TypeError:  # no buffer at all: a checkify Error
+    except (BufferError, TypeError):
+        return copied_flag_set(flag)
+
+
+def copied_flag_set(flag) -> bool:
+    """:func:`flag_set` where the flag has no single CPU buffer: a GPU or sharded array
+    is copied to the host; a checkify ``Error`` (where :func:`_any_error` found no
+    flag field) is set when it holds a message."""
+    if isinstance(flag, checkify.Error):
         return flag.get() is not None
+    return bool(np.asarray(flag))
 
 
 def check_now_or_later(plan: Plan, mode: str, indices) -> str:
@@ -430,8 +442,12 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
     def wrapper(*args, **kwargs):
         nonlocal fast
         flag, out = fast(*args, **kwargs)
-        if not flag_set(flag):
-            return out
+        try:  # flag_set, inlined: every call's path
+            if not memoryview(flag)[()]:
+                return out
+        except (BufferError, TypeError):
+            if not copied_flag_set(flag):
+                return out
         if fast is not exact:
             flag, out = exact(*args, **kwargs)
             if not flag_set(flag):  # in-range negative indices: the exact program from now on
