@@ -8,6 +8,7 @@ Usage::
     xgather-bench compare A.json B.json
     xgather-bench plot RECORD.json --out ratios.png
     xgather-bench sharded [--devices 8] [--quick]
+    xgather-bench eager [--repeats 25] [--calls 200] [--json eager.json]
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def run(args) -> dict:
     progress.close()
     return {
         "schema": rec.SCHEMA,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": _now(),
         "size": size,
         "device": _device_info(device, gpu_ok),
         "roof": roofs,
@@ -317,6 +318,18 @@ def _rounds(text: str) -> int:
     return n
 
 
+def _check_json_folder(parser, path: str | None) -> None:
+    """A ``--json`` path in no writable folder: found out now, not after a long run."""
+    if path:
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            parser.error(f"--json {path}: no writable folder {folder}")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def _load(parser, path: str) -> dict:
     """A record, or the parser's one-line error (exit code 2) naming the file and why."""
     try:
@@ -358,6 +371,28 @@ def main(argv=None) -> int:
         kw = dict(rows=8192, width=64, lookups=2048, repeats=5) if a.quick else {}
         print(sharded.run(a.devices, **kw))
         return 0
+    if argv[:1] == ["eager"]:
+        p = argparse.ArgumentParser(prog="xgather-bench eager",
+                                    description="every op called eagerly on device arrays at "
+                                                "W8's shapes, both modes, against jnp.take")
+        p.add_argument("--repeats", type=_rounds, default=25, help="shuffled rounds (default 25)")
+        p.add_argument("--calls", type=int, default=200, help="calls per sample (default 200)")
+        p.add_argument("--json", help="write the run as a JSON record")
+        a = p.parse_args(argv[1:])
+        if a.calls < 1:
+            p.error(f"--calls must be 1 or more; got {a.calls}")
+        _check_json_folder(p, a.json)
+        import jax
+
+        from . import eager
+        record = {"schema": eager.SCHEMA, "date": _now(),
+                  "device": _device_info(jax.devices()[0], {}), "versions": _versions(False),
+                  **eager.run(a.repeats, a.calls)}
+        print(eager.table(record))
+        if a.json:
+            eager.save(record, a.json)
+            print(f"wrote {a.json}", file=sys.stderr)
+        return 0
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")
@@ -397,10 +432,7 @@ def main(argv=None) -> int:
         unknown = sorted(set(args.systems.split(",")) - set(systems.NAMES))
         if unknown:
             p.error(f"unknown systems {unknown}; choose from {', '.join(systems.NAMES)}")
-    if args.json:  # found out now, not after a run of many minutes
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            p.error(f"--json {args.json}: no writable folder {folder}")
+    _check_json_folder(p, args.json)
     record = _run_both(args, argv) if args.allocator == "both" else run(args)
     if not args.no_table:
         print(rec.table(record))

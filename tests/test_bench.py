@@ -546,7 +546,10 @@ def test_mistakes_are_one_line_errors_before_any_run(tmp_path):
              (["compare", str(tmp_path / "none.json"), str(listed)], "cannot read"),
              (["compare", str(listed), str(listed)], "not an xgather-bench record: a JSON list"),
              (["plot", str(cut), "--out", str(tmp_path / "x.png")], "not an xgather-bench record"),
-             (["sharded", "--devices", "3"], "--devices must divide the table's 65536 rows")]
+             (["sharded", "--devices", "3"], "--devices must divide the table's 65536 rows"),
+             (["eager", "--calls", "0"], "--calls must be 1 or more"),
+             (["eager", "--repeats", "1"], "needs 2 or more rounds"),
+             (["eager", "--json", str(tmp_path / "no" / "e.json")], "no writable folder")]
     for args, message in cases:
         proc = subprocess.run([sys.executable, "-m", "xgather_bench", *args],
                               capture_output=True, text=True, timeout=120)
@@ -566,3 +569,53 @@ def test_compare_skips_workloads_that_ran_on_other_shapes():
     medians = text.split("\n\n")[0]
     rows = [ln.split() for ln in medians.splitlines() if ln[:1] == "W" and ln[1].isdigit()]
     assert rows and all(r[-1] == "1.00" for r in rows) and not any(r[0] == "W10" for r in rows)
+
+
+def _planned_ops():
+    """``"module.name"`` of every public op the frontends define (those with a planner)."""
+    import xgather
+    return {f"{m.__name__.removeprefix('xgather.')}.{n}"
+            for m in (xgather.onnx, xgather.openvino, xgather.bnns, xgather.labview)
+            for n in dir(m) if not n.startswith("_")
+            and hasattr(getattr(m, n), "__xgather_plan__")}
+
+
+def test_the_eager_bench_times_every_op():
+    from xgather_bench import eager
+    assert set(eager.ops()) == _planned_ops()
+
+
+def test_the_eager_bench_end_to_end(tmp_path, capsys):
+    from xgather_bench import eager
+    from xgather_bench.__main__ import main
+    out = tmp_path / "eager.json"
+    assert main(["eager", "--repeats", "2", "--calls", "3", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    rec = json.loads(out.read_text())
+    assert rec["schema"] == eager.SCHEMA and rec["device"]["platform"] == "cpu"
+    assert rec["versions"]["jax"] and rec["calls_per_sample"] == 3
+    assert len(rec["baseline"]["samples_s"]) == 2
+    assert {(r["op"], r["mode"]) for r in rec["results"]} == {
+        (op, mode) for op in _planned_ops() for mode in ("promise_in_bounds", "default")}
+    base = rec["baseline"]["samples_s"]
+    for r in rec["results"]:
+        assert len(r["samples_s"]) == 2 and r["median_s"] > 0
+        assert r["ratio"] == pytest.approx(stats.paired_ratio(r["samples_s"], base))
+        assert r["limit"] == {"promise_in_bounds": 1.5, "default": 2.0}[r["mode"]]
+        row = next(ln for ln in text.splitlines() if ln.split()[:2] == [r["op"], r["mode"]])
+        assert f"{r['ratio']:.2f}" in row.split()
+    assert "baseline jnp.take(data, rows, axis=0)" in text
+
+
+def test_the_eager_bench_checks_each_result_before_timing(monkeypatch):
+    """An op that gathers the wrong rows stops the run: a timing of a wrong result is no
+    result."""
+    import xgather
+    from xgather_bench import eager
+    real = eager.ops()
+
+    def shifted(data, indices, axis, **kw):
+        return xgather.onnx.gather(data, (indices + 1) % eager.ROWS, axis, **kw)
+    monkeypatch.setattr(eager, "ops", lambda: {**real, "onnx.gather": (shifted, "rows", (0,))})
+    with pytest.raises(AssertionError, match="onnx.gather promise_in_bounds"):
+        eager.run(repeats=2, calls=1)

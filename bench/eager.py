@@ -1,0 +1,118 @@
+"""Eager calls: every op called directly on device arrays, against ``jnp.take``.
+
+Run as ``xgather-bench eager``. Each op of the library is called as a user
+calls it outside ``jit``: on device arrays at W8's shapes (a (100, 16) float32
+table, 10 int32 lookups), after its first call, so that every call takes the
+cached path (one lookup, one jitted call). Both modes are timed: the spec's
+default and ``promise_in_bounds``; the reference is an eager
+``jnp.take(data, indices, axis=0)`` on the same arrays. Issue 12's limits: promise
+within 1.5x of ``jnp.take``, the default within 2.0x.
+
+Every system's samples come from the same shuffled rounds (:func:`stats.interleaved`),
+and a ratio is the median over rounds of the ratio within a round.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from . import stats
+
+SCHEMA = "xgather-bench-eager/1"
+
+ROWS, WIDTH, LOOKUPS = 100, 16, 10  # W8's shapes
+BASELINE = "jnp.take"
+LIMITS = {"promise_in_bounds": 1.5, "default": 2.0}  # issue 12, over BASELINE
+
+
+def ops():
+    """``{name: (op, indices kind, positional attributes)}``: every frontend op.
+
+    Indices kinds: ``"rows"`` (10,) row numbers; ``"vectors"`` (10, 1) GatherND
+    lookup vectors; ``"elements"`` (10, 16) element indices along axis 0.
+    """
+    import xgather
+    return {
+        "onnx.gather": (xgather.onnx.gather, "rows", (0,)),
+        "onnx.gather_nd": (xgather.onnx.gather_nd, "vectors", ()),
+        "onnx.gather_elements": (xgather.onnx.gather_elements, "elements", (0,)),
+        "openvino.gather": (xgather.openvino.gather, "rows", (0,)),
+        "openvino.gather_nd": (xgather.openvino.gather_nd, "vectors", ()),
+        "openvino.gather_elements": (xgather.openvino.gather_elements, "elements", (0,)),
+        "bnns.gather": (xgather.bnns.gather, "rows", (0,)),
+        "bnns.gather_nd": (xgather.bnns.gather_nd, "vectors", ()),
+        "bnns.gather_along_axis": (xgather.bnns.gather_along_axis, "elements", (0,)),
+        "labview.gather": (xgather.labview.gather, "rows", (0,)),
+    }
+
+
+def inputs(seed: int = 0):
+    """NumPy data, indices of each kind, and what each kind gathers (the reference)."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((ROWS, WIDTH), dtype=np.float32)
+    rows = rng.integers(0, ROWS, LOOKUPS).astype(np.int32)
+    elements = rng.integers(0, ROWS, (LOOKUPS, WIDTH)).astype(np.int32)
+    idx = {"rows": rows, "vectors": rows[:, None], "elements": elements}
+    want = {"rows": data[rows], "vectors": data[rows],
+            "elements": np.take_along_axis(data, elements, axis=0)}
+    return data, idx, want
+
+
+def run(repeats: int = 25, calls: int = 200) -> dict:
+    """The eager calls' record: per op and mode, samples (seconds per call) and the
+    paired ratio to :data:`BASELINE`."""
+    import jax
+    import jax.numpy as jnp
+
+    data, idx, want = inputs()
+    d = jax.device_put(data)
+    i = {k: jax.device_put(v) for k, v in idx.items()}
+    fns = {BASELINE: lambda: jax.block_until_ready(jnp.take(d, i["rows"], axis=0))}
+    for name, (op, kind, attrs) in ops().items():
+        for mode in LIMITS:
+            kw = {"mode": "promise_in_bounds"} if mode == "promise_in_bounds" else {}
+            def fn(op=op, kind=kind, attrs=attrs, kw=kw):
+                return jax.block_until_ready(op(d, i[kind], *attrs, **kw))
+            # the first call traces and compiles; the result is checked before any timing
+            np.testing.assert_array_equal(np.asarray(fn()), want[kind], err_msg=f"{name} {mode}")
+            fns[f"{name} [{mode}]"] = fn
+    np.testing.assert_array_equal(np.asarray(fns[BASELINE]()), want["rows"])
+    samples = stats.interleaved(fns, repeats, dict.fromkeys(fns, calls))
+    base = samples[BASELINE]
+    results = []
+    for name in ops():
+        for mode, limit in LIMITS.items():
+            s = samples[f"{name} [{mode}]"]
+            results.append({"op": name, "mode": mode, "samples_s": s,
+                            "median_s": stats.median(s),
+                            "ratio": stats.paired_ratio(s, base),
+                            "spread": stats.paired_spread(s, base), "limit": limit})
+    return {"shapes": {"data": [ROWS, WIDTH], "rows": [LOOKUPS], "vectors": [LOOKUPS, 1],
+                       "elements": [LOOKUPS, WIDTH]},
+            "baseline": {"system": f"{BASELINE}(data, rows, axis=0)", "samples_s": base,
+                         "median_s": stats.median(base)},
+            "rounds": repeats, "calls_per_sample": calls, "results": results}
+
+
+def table(record: dict) -> str:
+    """The record as text: per op, each mode's median and its ratio to the baseline."""
+    b = record["baseline"]
+    lines = [f"eager calls on device arrays: data {tuple(record['shapes']['data'])} float32, "
+             f"{record['shapes']['rows'][0]} lookups, shapes cached; {record['rounds']} "
+             f"shuffled rounds of {record['calls_per_sample']} calls",
+             f"baseline {b['system']}: {b['median_s'] * 1e6:.1f} us a call",
+             f"{'op':<26} {'mode':<18} {'us/call':>8} {'/take':>6} {'spread':>7} {'limit':>6}"]
+    for r in record["results"]:
+        over = "  over" if r["ratio"] > r["limit"] else ""
+        lines.append(f"{r['op']:<26} {r['mode']:<18} {r['median_s'] * 1e6:8.1f} "
+                     f"{r['ratio']:6.2f} {100 * r['spread']:6.1f}% {r['limit']:6.1f}{over}")
+    lines.append("/take: median over rounds of the call's time over jnp.take's in the same "
+                 "round; limit: issue 12's bound on that ratio")
+    return "\n".join(lines)
+
+
+def save(record: dict, path) -> None:
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
