@@ -594,15 +594,20 @@ def test_the_eager_bench_end_to_end(tmp_path, capsys):
     rec = json.loads(out.read_text())
     assert rec["schema"] == eager.SCHEMA and rec["device"]["platform"] == "cpu"
     assert rec["versions"]["jax"] and rec["calls_per_sample"] == 3
-    assert len(rec["baseline"]["samples_s"]) == 2
-    assert {(r["op"], r["mode"]) for r in rec["results"]} == {
-        (op, mode) for op in _planned_ops() for mode in ("promise_in_bounds", "default")}
-    base = rec["baseline"]["samples_s"]
+    assert set(rec["baseline"]) == {"device", "numpy"}
+    assert {(r["op"], r["mode"], r["indices"]) for r in rec["results"]} == {
+        (op, mode, where) for op in _planned_ops() for mode in ("promise_in_bounds", "default")
+        for where in ("device", "numpy")}
+    sections = text.split("\n\n")
+    assert sections[1].startswith("device indices") and sections[2].startswith("numpy indices")
     for r in rec["results"]:
+        base = rec["baseline"][r["indices"]]["samples_s"]
         assert len(r["samples_s"]) == 2 and r["median_s"] > 0
         assert r["ratio"] == pytest.approx(stats.paired_ratio(r["samples_s"], base))
-        assert r["limit"] == {"promise_in_bounds": 1.5, "default": 2.0}[r["mode"]]
-        row = next(ln for ln in text.splitlines() if ln.split()[:2] == [r["op"], r["mode"]])
+        assert r["limit"] == ({"promise_in_bounds": 1.5, "default": 2.0}[r["mode"]]
+                              if r["indices"] == "device" else None)
+        section = sections[1 if r["indices"] == "device" else 2]
+        row = next(ln for ln in section.splitlines() if ln.split()[:2] == [r["op"], r["mode"]])
         assert f"{r['ratio']:.2f}" in row.split()
     assert "baseline jnp.take(data, rows, axis=0)" in text
 
@@ -617,5 +622,5 @@ def test_the_eager_bench_checks_each_result_before_timing(monkeypatch):
     def shifted(data, indices, axis, **kw):
         return xgather.onnx.gather(data, (indices + 1) % eager.ROWS, axis, **kw)
     monkeypatch.setattr(eager, "ops", lambda: {**real, "onnx.gather": (shifted, "rows", (0,))})
-    with pytest.raises(AssertionError, match="onnx.gather promise_in_bounds"):
+    with pytest.raises(AssertionError, match="onnx.gather promise_in_bounds device"):
         eager.run(repeats=2, calls=1)

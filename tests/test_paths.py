@@ -116,6 +116,49 @@ def test_cached_calls_keep_64_bit_index_checks():
         assert_same(G(data, wide, mode="clip"), ref.gather(data, wide, oob="clip"))
 
 
+_D34 = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+_LONG = np.arange(200, dtype=np.int32) % 4  # over 64 values: NumPy's min and max decide
+
+
+@pytest.mark.parametrize("call, good, bad, want", [
+    # scalar bounds, 10 values (Python's min and max), too high and too low
+    (lambda i: G(_D34, i, 1), np.arange(-4, 4, dtype=np.int32),
+     np.array([0, 1, 4], np.int32), _message("onnx.Gather-13", 4, 2, -4, 3, 1, 4)),
+    (lambda i: G(_D34, i, 1), np.array([3, -4], np.int32),
+     np.array([-5, 0], np.int32), _message("onnx.Gather-13", -5, 0, -4, 3, 1, 4)),
+    # over 64 values, the bad one last
+    (lambda i: G(_D34, i, 1), _LONG, np.append(_LONG, np.int32(9)),
+     _message("onnx.Gather-13", 9, 200, -4, 3, 1, 4)),
+    # index vectors: each component against its own axis (3 fits axis 1, not axis 0)
+    (lambda i: ND(_D34, i), np.array([[2, 3], [-3, -4]], np.int32),
+     np.array([[0, 3], [3, 0]], np.int32), _message("onnx.GatherND-13", 3, "1, 0", -3, 2, 0, 3)),
+    (lambda i: ND(_D34, i), np.tile(np.array([[2, 3]], np.int32), (100, 1)),
+     np.array([[0, 0]] * 99 + [[0, -5]], np.int32),
+     _message("onnx.GatherND-13", -5, "99, 1", -4, 3, 1, 4)),
+    # no negative indices: the range starts at 0
+    (lambda i: G(_D34, i, 1, negative_indices=False), np.array([0, 3], np.int32),
+     np.array([0, -1], np.int32),
+     re.escape("onnx.Gather-13: index -1 at indices[1] is out of range [0, 3] for data axis 1 "
+               "of size 4 (1 out-of-range value(s) in indices)")),
+    # unsigned indices (OpenVINO takes any integer type)
+    (lambda i: xgather.openvino.gather_nd(_D34, i), np.array([[2, 3]], np.uint32),
+     np.array([[2, 4]], np.uint32), "openvino.GatherND-8: index 4 at indices\\[0, 1\\]"),
+], ids=["high", "low", "long", "vector", "vector-long", "nonnegative", "unsigned"])
+def test_cached_numpy_calls_check_every_range_form(call, good, bad, want):
+    """The host check of a cached eager call settles the range once per signature: each
+    form of it (Python's or NumPy's min and max, index vectors, no negative indices,
+    unsigned indices) reports as the uncached check does, and passes what is in range."""
+    for _ in range(2):  # the first call settles the signature, the second reuses it
+        with pytest.raises(OutOfBoundsError, match="^" + want):
+            call(bad)
+    if good.ndim == 2:
+        want_good = ref.gather_nd(_D34, good.astype(np.int64))
+    else:
+        want_good = ref.gather(_D34, good, 1)
+    for _ in range(2):
+        assert_same(call(good), want_good)
+
+
 @pytest.mark.parametrize("op, data, indices, args, want", [
     (G, np.arange(12.0, dtype=np.float32).reshape(3, 4), np.array([[0, 7]], np.int32), (1,),
      _message("onnx.Gather-13", 7, "0, 1", -4, 3, 1, 4)),

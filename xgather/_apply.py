@@ -312,13 +312,14 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
         return compiled(plan, mode, fill_value, hints, grad)
     if isinstance(indices, np.ndarray):
         gather = compiled(plan, "promise_in_bounds", fill_value, hints, grad)
+        check = _modes.host_checker(plan)
 
         def host_checked(data, indices):
             # Dispatched first, so that the check runs while the program does (a bad
             # index still raises before the result is returned: XLA keeps stray reads
             # in bounds meanwhile).
             out = gather(data, indices)
-            _modes.host_check(plan, indices)
+            check(indices)
             return out
         return host_checked
     exact = flagged(plan, fill_value, hints, grad)

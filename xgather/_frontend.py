@@ -246,10 +246,12 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
         hints = _apply.Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
         gather = _apply.concrete_runner(plan, mode, fill_value, hints, grad, idx)
         runner = gather
-        if isinstance(indices, np.ndarray):
+        # NumPy indices: the signature fixes their dtype (checked above) and the x64 flag,
+        # so a call converts them only where they are narrowed (64-bit ones, x64 off).
+        convert = _dtypes.narrowing(indices.dtype) if isinstance(indices, np.ndarray) else None
+        if convert is not None:
             def runner(data, indices):
-                return gather(data, _dtypes.index_array(plan.op, indices, allowed, sh,
-                                                         check))
+                return gather(data, convert(indices, check))
         if len(RUNNERS) >= RUNNERS_MAX:  # a program's runners, not every shape ever seen
             RUNNERS.clear()
         RUNNERS[key] = runner

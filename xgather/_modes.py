@@ -410,7 +410,10 @@ _EAGER_REPORT = 1 << 15
 # padded up to _LIBRARY_MIN: measured, that compiles 15-35 ms faster and runs 3-16 us a
 # call slower, which such a gather hides. Beside small gathers (Plan.small) the padding
 # would cost a third or more of the call (eager calls pay it every time; the CPU client
-# no longer runs a program of 1000 or more flops inline), so their flags are not padded.
+# no longer runs a program of 1000 or more flops inline), so their flags are not padded;
+# there a boolean jnp.any compiles 15-57 ms faster than the float loops (64-4000 values
+# beside an element gather, 8 alternating compiles each) and runs as fast (0.93-1.01x).
+# Over 8192 values and more it compiles in 210-400 ms, hence the float max everywhere else.
 # Above _EAGER_REPORT a first stage reduces (rows, lanes) blocks.
 _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
@@ -420,10 +423,11 @@ def _any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
     """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
     On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
-    boolean reduction becomes a tree of scalar reduce-window loops, slow to
-    compile and to run). With ``pad``, fewer than ``_LIBRARY_MIN`` values (but
-    more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size so
-    that the library kernel takes them too (see the note above for when). Above
+    boolean reduction of many values becomes a tree of scalar reduce-window loops,
+    slow to compile and to run). With ``pad``, fewer than ``_LIBRARY_MIN`` values
+    (but more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size so
+    that the library kernel takes them too; without it, they are reduced by
+    ``jnp.any`` (see the note above for both). Above
     ``_EAGER_REPORT``, a first stage reduces (rows, lanes) blocks over their
     rows, a vector loop fused with the compare that makes ``bad``, so that the
     max reads one value per block and lane plus the ragged tail. ``blocked=False``
@@ -447,6 +451,8 @@ def _any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
             flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
         if size > flat.size:
             flat = jnp.pad(flat, (0, size - flat.size))
+        if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
+            return jnp.any(flat)
         return jnp.max(flat.astype(jnp.float32)) > 0
 
     return cpu(flat) if backend == "cpu" else jnp.any(flat)
@@ -474,8 +480,10 @@ def flag_text(plan) -> str:
     m, read, size = _cpu_flag_steps(n, pad=not plan.small)
     blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
               else "")
-    kind = ("one unrolled max" if size <= _UNROLLED_MAX else
-            "the library max" if size >= _LIBRARY_MIN else "a max of loops")
+    if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
+        return what + f"jnp.any over the {n} index values" + (f" ({blocks}over {read})"
+                                                                  if m else "")
+    kind = "one unrolled max" if size <= _UNROLLED_MAX else "the library max"
     padded = f" padded to {size}" if size > read else ""
     return what + f"a float32 max over the {n} index values ({blocks}{kind} over {read}{padded})"
 
@@ -530,19 +538,26 @@ def check(plan, indices, bad=None) -> None:
 _HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy's reductions
 
 
-def _host_valid(plan, indices: np.ndarray) -> bool:
-    """All indices in the spec's range, from their minimum and maximum (per component)."""
-    if plan.index_vector:
+def _host_range(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The spec's range of each index component: lowest and highest valid values."""
+    lows = tuple(-s if plan.negative else 0 for s in plan.bounds)
+    return lows, tuple(s - 1 for s in plan.bounds)
+
+
+def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
+    """All indices within ``[lows, highs]`` (per component where ``vector``), from their
+    minimum and maximum."""
+    if vector:
         flat = indices.reshape(-1, indices.shape[-1])
-        lows, highs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
+        mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
     elif indices.size <= _HOST_LIST_MAX:
         values = indices.ravel().tolist()
-        lows, highs = [min(values)], [max(values)]
+        return lows[0] <= min(values) and max(values) <= highs[0]
     else:
-        lows, highs = [indices.min().item()], [indices.max().item()]
+        mins, maxs = [indices.min().item()], [indices.max().item()]
     # Python ints: exact for every index type (uint64 against int64 bounds included).
-    return all((-s if plan.negative else 0) <= lo and hi < s
-               for lo, hi, s in zip(lows, highs, plan.bounds, strict=True))
+    return all(lo <= a and b <= hi for a, b, lo, hi in zip(mins, maxs, lows, highs,
+                                                           strict=True))
 
 
 def host_check(plan, indices) -> None:
@@ -551,11 +566,23 @@ def host_check(plan, indices) -> None:
     The indices' minimum and maximum decide; only a bad index costs the report.
     """
     indices = np.asarray(indices)
-    if indices.size == 0 or _host_valid(plan, indices):
+    if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
         return
     indices = widen(plan, indices)  # room for sizes and counts
     raise OutOfBoundsError(_report_format(plan, indices.ndim).format(
         _report_args(plan, indices, np)))
+
+
+def host_checker(plan):
+    """:func:`host_check` for ``plan``'s NumPy indices, its range settled once: the
+    per-call check of a cached eager call (about 1.5 us on 10 indices, against 6)."""
+    vector = plan.index_vector
+    lows, highs = _host_range(plan)
+
+    def check(indices: np.ndarray) -> None:
+        if indices.size and not _in_range(indices, vector, lows, highs):
+            host_check(plan, indices)  # the report
+    return check
 
 
 def not_functionalised(op: str) -> None:
