@@ -372,9 +372,9 @@ def main(argv=None) -> int:
         print(sharded.run(a.devices, **kw))
         return 0
     if argv[:1] == ["eager"]:
-        p = argparse.ArgumentParser(prog="xgather-bench eager",
-                                    description="every op called eagerly on device arrays at "
-                                                "W8's shapes, both modes, against jnp.take")
+        p = argparse.ArgumentParser(
+            prog="xgather-bench eager", description="every op called eagerly at W8's shapes, "
+            "both modes, on device and NumPy indices, against jnp.take")
         p.add_argument("--repeats", type=_rounds, default=25, help="shuffled rounds (default 25)")
         p.add_argument("--calls", type=int, default=200, help="calls per sample (default 200)")
         p.add_argument("--json", help="write the run as a JSON record")

@@ -1,13 +1,13 @@
-"""Eager calls: every op called directly on device arrays, against ``jnp.take``.
+"""Eager calls: every op called directly on device data, against ``jnp.take``.
 
 Run as ``xgather-bench eager``. Each op of the library is called as a user
-calls it outside ``jit``: on device arrays at W8's shapes (a (100, 16) float32
-table, 10 int32 lookups), after its first call, so that every call takes the
-cached path (one lookup, one jitted call). Both modes are timed: the spec's
-default and ``promise_in_bounds``; the reference is an eager
-``jnp.take(data, indices, axis=0)`` on the same arrays. Issue 12's limits (device
-indices): promise within 1.5x of ``jnp.take``, the default within 2.0x. The same calls
-with NumPy indices are timed beside, against ``jnp.take`` on those.
+calls it outside ``jit``: on a device array at W8's shapes (a (100, 16) float32
+table, 10 int32 lookups, as device or NumPy arrays), after its first call, so
+that every call takes the cached path (one lookup, one jitted call). Both modes
+are timed: the spec's default and ``promise_in_bounds``; the reference is an
+eager ``jnp.take(data, indices, axis=0)`` on the same kind of indices. Issue 12's
+limits (device indices): promise within 1.5x of ``jnp.take``, the default within
+2.0x; NumPy indices have none.
 
 Every system's samples come from the same shuffled rounds (:func:`stats.interleaved`),
 and a ratio is the median over rounds of the ratio within a round.
