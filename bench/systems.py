@@ -75,41 +75,26 @@ def _xgather_fn(w, mode, **kw):
     return lambda d, i: jax.grad(lambda x: (f(x, i) ** 2).sum())(d)
 
 
-def xgather_runner(w, d, i, mode=None, grad_scatter=None, kernel=None, **kw) -> Runner:
+def xgather_runner(w, d, i, mode=None, grad_scatter=None, **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
     ``d``, ``i``: device arrays from :func:`jax_inputs`. ``grad_scatter``: the
-    gradient's scatter-add form (:func:`xgather.grad_scatter`); ``kernel``: the
-    gather's kernel (:func:`xgather.gather_kernel`). Each is set around every call
-    (they are part of the trace context, so of the jit cache's key).
+    gradient's scatter-add form (:func:`xgather.grad_scatter`), set around every call
+    (it is part of the trace context, so of the jit cache's key).
     """
-    import contextlib
-
     import jax
 
     import xgather
     f = jax.jit(_xgather_fn(w, mode, **kw))
     if (mode or "error") == "error" and w.op != "openvino.gather7":
         f = xgather.checked(f)
-    if grad_scatter is None and kernel is None:
+    if grad_scatter is None:
         return lambda: jax.block_until_ready(f(d, i))
 
     def run():
-        with contextlib.ExitStack() as stack:
-            if grad_scatter is not None:
-                stack.enter_context(xgather.grad_scatter(grad_scatter))
-            if kernel is not None:
-                stack.enter_context(xgather.gather_kernel(kernel))
+        with xgather.grad_scatter(grad_scatter):
             return jax.block_until_ready(f(d, i))
     return run
-
-
-def pallas_takes(w, data, idx) -> bool:
-    """Whether xgather's Pallas row kernel takes this workload's gather (on a GPU)."""
-    import xgather
-    from xgather._kernel import takes
-    op, attrs, options = xgather_op(w)
-    return takes(xgather.explain(op, data, idx, *attrs, **options), data.dtype) is None
 
 
 def lax_fn(w):
@@ -419,11 +404,6 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
             # runs faster (issue 13: atomics under contention) is read off this pair.
             out["xgather[promise,sorted]"] = xgather_runner(
                 w, d, i, "promise_in_bounds", grad_scatter="sorted", negative_indices=False)
-        if on_gpu and pallas_takes(w, data, idx):
-            # The Pallas row kernel beside lax.gather: whether XLA's gather falls short
-            # of the copy roof on rows (issue 13) is read off this pair.
-            out["xgather[promise,pallas]"] = xgather_runner(
-                w, d, i, "promise_in_bounds", kernel="pallas", negative_indices=False)
     if want("lax"):
         out["lax"] = lax_runner(w, d, i)
     if want_host("numpy"):

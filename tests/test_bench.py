@@ -425,25 +425,6 @@ def test_the_sorted_gradient_runs_beside_promise_on_the_gradient_variants_and_on
                                                       none, {"xgather"})
 
 
-def test_the_pallas_kernel_runs_beside_promise_on_a_gpu_where_it_takes_the_rows(monkeypatch):
-    import jax
-    none = {"onnxruntime": False, "openvino": False, "torch": False}
-    cpu = jax.devices("cpu")[0]
-    w = WORKLOADS["W1"]
-    assert "xgather[promise,pallas]" not in systems.build(w, *w.arrays("tiny"), cpu, none,
-                                                          {"xgather"})
-    monkeypatch.setattr(systems, "jax_inputs", lambda d, i, device: (d, i))
-    # The GPU sizes decide: rows of >= 128 bytes, not GatherElements (fake GPU: no arrays
-    # are made at those sizes, only their plans are asked).
-    takes = {k: systems.pallas_takes(WORKLOADS[k], *_spec_arrays(WORKLOADS[k], "gpu"))
-             for k in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")}
-    assert takes == {"W1": True, "W2": True, "W3": False, "W4": False, "W5": True,
-                     "W6": True, "W7": True, "W8": False, "W9": True, "W10": False}
-    w = WORKLOADS["W2"]
-    built = systems.build(w, *_spec_arrays(w, "tiny", rows=40), _fake_gpu(), none, {"xgather"})
-    assert "xgather[promise,pallas]" in built
-
-
 def _spec_arrays(w, size, rows=None):
     """Stand-ins with the shapes and dtypes of ``w``'s arrays at ``size``; ``rows``
     widens the data's last axis (the tiny sizes have rows of a few bytes)."""

@@ -700,3 +700,46 @@ def test_model_opsets_before_13_are_an_error(opset):
     with pytest.raises(xgather.XGatherError, match=pattern):
         xgather.export.to_onnx(P(xgather.onnx.gather, axis=0), [DATA_X, np.zeros(2, IDX)],
                                opset=opset)
+
+
+def test_a_jitted_call_exports_on_this_jax():
+    """jax2onnx 0.17.1 inlines a jit through jax._src.core.ClosedJaxpr, which jax 0.12
+    merged into Jaxpr: xgather.export gives it the public class under the old name."""
+    inner = jax.jit(lambda d, i: xgather.onnx.gather(d, i, axis=1) * 2)
+    indices = _i([2, -1])
+    model = xgather.export.to_onnx(lambda d, i: inner(d, i) + 1, [DATA[0], indices])
+    want = reference.gather(DATA[0], indices, 1) * 2 + 1
+    np.testing.assert_allclose(_ort(model, (DATA[0], indices)), want, rtol=1e-6)
+
+
+def _versions_named(message: str) -> None:
+    from importlib.metadata import version
+    assert f"jax {jax.__version__} with jax2onnx {version('jax2onnx')} cannot export" in message
+    assert "pip install 'jax2onnx==0.17.1'" in message
+
+
+def test_a_jax_without_closed_jaxpr_is_one_clear_error(monkeypatch):
+    from xgather import _jaxprivate
+    monkeypatch.setattr(xgather.export, "_registered", {})
+    monkeypatch.setattr(_jaxprivate, "alias_closed_jaxpr", lambda: False)
+    with pytest.raises(xgather.XGatherError, match="neither jax._src.core.ClosedJaxpr") as err:
+        xgather.export.to_onnx(lambda d: d, [DATA])
+    _versions_named(str(err.value))
+
+
+def test_an_attribute_error_inside_jax2onnx_is_one_clear_error(monkeypatch):
+    import jax2onnx
+    inside: dict = {"__name__": "jax2onnx.converter.conversion_api"}
+    exec("def to_onnx(*args, **kwargs):\n    raise AttributeError('no ClosedJaxpr')", inside)
+    monkeypatch.setattr(jax2onnx, "to_onnx", inside["to_onnx"])
+    with pytest.raises(xgather.XGatherError, match="failed inside with AttributeError: no "
+                       "ClosedJaxpr") as err:
+        xgather.export.to_onnx(lambda d: d, [DATA])
+    _versions_named(str(err.value))
+    assert isinstance(err.value.__cause__, AttributeError)
+
+    def user_code(*args, **kwargs):  # an AttributeError of the caller's own is left alone
+        raise AttributeError("the user's own")
+    monkeypatch.setattr(jax2onnx, "to_onnx", user_code)
+    with pytest.raises(AttributeError, match="the user's own"):
+        xgather.export.to_onnx(lambda d: d, [DATA])

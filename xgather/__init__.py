@@ -5,7 +5,6 @@ from xgather._alloc import keep_large_allocations
 from xgather._apply import checked, explain
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
 from xgather._grad import grad_scatter
-from xgather._kernel import gather_kernel
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan
 
@@ -21,7 +20,6 @@ __all__ = [
     "checked",
     "default_mode",
     "explain",
-    "gather_kernel",
     "grad_scatter",
     "keep_large_allocations",
     "bnns",

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import sys
 import warnings
+
+from xgather import _jaxprivate
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -67,9 +68,12 @@ def keep_large_allocations() -> bool:
 
 
 def _backends_started() -> bool:
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    started = getattr(bridge, "backends_are_initialized", None)
-    return bool(started and started())
+    started = _jaxprivate.backends_started()
+    if started is None:
+        _jaxprivate.fallback("backends_are_initialized", "keep_large_allocations cannot "
+                             "tell whether JAX's backends started before it")
+        return False
+    return started
 
 
 def allocator_settings() -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _dtypes, _grad, _kernel, _modes, _plan
+from xgather import _dtypes, _grad, _jaxprivate, _modes, _plan
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 from xgather._plan import Plan
 
@@ -55,8 +55,6 @@ class Hints(NamedTuple):
     indices_are_sorted: bool = False
     unique_indices: bool = False
     out_sharding: Any = None
-    #: The kernel asked for (:func:`xgather.gather_kernel`), set when a gather is traced.
-    kernel: str = "xla"
 
 
 NO_HINTS = Hints()
@@ -104,10 +102,6 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
         no_clamp_into_nothing(plan, mode, idx)
         # full_like keeps data's weak type, as the gather does
         return lax.full_like(data, fill, shape=plan.gather_shape).reshape(plan.out_shape)
-    view = _kernel.runs(plan, data.dtype, hints) if hints.kernel != "xla" else None
-    if view is not None:
-        return _kernel.row_gather(plan, view, mode, fill, data, idx,
-                                  interpret=hints.kernel != "pallas")
     start = idx if plan.index_vector else idx[..., None]
     if mode == "clip":
         unique_indices = False  # clamping can map distinct indices to one position
@@ -133,7 +127,7 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
              "sharded alike (or give out_sharding=, or make the mesh with AxisType.Auto axes)",
              f"data {_spec(data)}, indices {_spec(idx)} with batch_dims={plan.batch_dims}",
              {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
-    except _SHARDING_TYPE_ERROR:
+    except _jaxprivate.SHARDING_TYPE_ERROR:  # a result sharding JAX cannot infer
         fail(plan.op, "inputs sharded over a mesh's Explicit axes (jax.make_mesh's default): "
              "there JAX asks a gather from sharded indices, or along a sharded data axis, for "
              "the sharding of its result. Give it as out_sharding= (a NamedSharding, or a "
@@ -159,12 +153,6 @@ def _spec(x) -> str:
         return "sharded"
 
 
-try:  # JAX's error for a result sharding it cannot infer (Explicit mesh axes)
-    from jax._src.core import ShardingTypeError as _SHARDING_TYPE_ERROR
-except ImportError:  # pragma: no cover - other JAX versions: their own error comes through
-    _SHARDING_TYPE_ERROR = ()  # type: ignore[assignment,misc]
-
-
 def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints = NO_HINTS,
                 grad=None, flag: bool = False, speculate: bool | None = None):
     """The traced body of every op: prepare the indices, then gather.
@@ -174,10 +162,6 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
     :mod:`xgather._grad`).
     With ``flag``, returns ``(bad, out)`` (see :func:`prepare`, also for ``speculate``).
     """
-    kernel = _kernel.current_kernel()
-    if hints.kernel != kernel:
-        hints = hints._replace(kernel=kernel)
-
     def gather(idx):
         return _grad.gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
 
@@ -386,11 +370,12 @@ def check_now_or_later(plan: Plan, mode: str, indices) -> str:
 
 def _any_error(err):
     """True where a checkify ``Error`` holds a failed check (one scalar), or None."""
-    preds = getattr(err, "_pred", None)
-    if not isinstance(preds, dict):
-        return None  # a checkify without the field: report the whole error instead
+    preds = _jaxprivate.error_predicates(err)
+    if preds is None:  # a checkify without the field: report the whole error instead
+        _jaxprivate.fallback("Error._pred", "xgather.checked runs every call with the report")
+        return None
     flag = jnp.zeros((), bool)
-    for p in preds.values():
+    for p in preds:
         flag = flag | jnp.any(p)
     return flag
 

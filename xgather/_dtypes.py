@@ -47,16 +47,8 @@ ONNX_DATA = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint
 ONNX_DATA_13 = ONNX_DATA | {"bfloat16"}
 
 
-try:  # the config state itself: read on every eager call, a third of jax.config's cost
-    from jax._src.config import enable_x64 as _ENABLE_X64
-except ImportError:  # pragma: no cover - other JAX versions
-    _ENABLE_X64 = None  # type: ignore[assignment]
-
-
 def x64() -> bool:
-    if _ENABLE_X64 is not None:
-        return bool(_ENABLE_X64.value)
-    return bool(jax.config.jax_enable_x64)  # pragma: no cover
+    return bool(jax.config.jax_enable_x64)
 
 
 def is_traced(*xs) -> bool:

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from xgather import _apply, _dtypes, _modes
+from xgather import _apply, _dtypes, _jaxprivate, _modes
 from xgather._errors import XGatherTypeError, fail
 
 #: Signature -> runner, filled by :func:`call`; :func:`xgather._apply.clear_caches` empties it.
@@ -29,12 +29,7 @@ RUNNERS_MAX = 2048
 _pending = threading.local()  # the signature of the eager call being settled
 
 
-def _jax_array_type() -> type:
-    from jax._src.array import ArrayImpl
-    return ArrayImpl
-
-
-_JAX_ARRAY = _jax_array_type()
+_JAX_ARRAY = _jaxprivate.ARRAY_IMPL  # without it, eager calls are not cached (still exact)
 
 
 _INEXACT = (float, complex, np.inexact)

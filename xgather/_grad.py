@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xgather import _kernel, _modes, _plan
+from xgather import _modes, _plan
 
 #: The forms of the gradient's scatter-add (see :func:`grad_scatter`).
 GRAD_SCATTERS = ("direct", "sorted")
@@ -145,10 +145,7 @@ def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     # unless clamping may merge them; out_sharding keeps the placed form.
     direct = hints.out_sharding is not None or (hints.unique_indices and mode != "clip")
     form = "direct" if direct else scatter_form(plan, data.dtype)
-    # A Pallas kernel has no transpose: its gather takes the derivative defined here,
-    # whose tangent is lax.gather's.
-    kernel = hints.kernel != "xla" and _kernel.runs(plan, data.dtype, hints) is not None
-    if grad is None and accumulation(data.dtype) is None and form == "direct" and not kernel:
+    if grad is None and accumulation(data.dtype) is None and form == "direct":
         return gather_prepared(plan, mode, fill_value, hints, data, idx)
     return _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
 
@@ -164,7 +161,6 @@ def _custom_jvp(gather_prepared, plan, mode, fill_value, hints, grad, form, prim
     out = _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
     if isinstance(t_data, jax.custom_derivatives.SymbolicZero):
         t_data = jnp.zeros(t_data.shape, t_data.dtype)
-    hints = hints._replace(kernel="xla")  # the tangent is lax.gather's, which JAX transposes
     # Linear in t_data (filled slots have tangent 0), so JAX can transpose it for
     # reverse mode.
     if form == "sorted":

@@ -31,8 +31,6 @@ import contextvars
 import functools
 import math
 import os
-import sys
-import types
 from typing import Any, Literal
 
 import jax
@@ -41,6 +39,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
+from xgather import _jaxprivate
 from xgather._errors import OutOfBoundsError, XGatherError, choice, fail
 
 Mode = Literal["error", "clip", "fill", "promise_in_bounds"]
@@ -127,20 +126,14 @@ class TraceState:
     It is part of every trace's context (the caches of tracing, lowering and nested
     jits) and of the jit dispatch key: without the latter, a jitted function called
     again from Python under another value would run the program traced under the
-    first (JAX's C++ dispatch cache looks at jit-key states only). Where this JAX has
-    no such API, the state is always ``default``.
+    first (JAX's C++ dispatch cache looks at jit-key states only). Where this JAX cannot
+    make such a state, it is always ``default``, and asking for another value warns once
+    (:func:`xgather._jaxprivate.fallback`).
     """
 
     def __init__(self, name: str, values: tuple[str, ...], default: str, help: str):
-        self.values, self.default = values, default
-        self._state: Any = None
-        try:
-            from jax._src import config as jax_config
-            self._state = jax_config.enum_state(name, values, default, help,
-                                                include_in_jit_key=True,
-                                                include_in_trace_context=True)
-        except (ImportError, AttributeError, TypeError):  # pragma: no cover - other JAX
-            pass
+        self.name, self.values, self.default = name, values, default
+        self._state: Any = _jaxprivate.enum_state(name, values, default, help)
 
     @property
     def value(self) -> str:
@@ -153,7 +146,9 @@ class TraceState:
         ``value`` against :attr:`values` first."""
         if where is not None:
             choice(where, "kind", value, self.values)
-        if self._state is None:  # pragma: no cover - other JAX versions
+        if self._state is None:
+            if value != self.default:
+                _jaxprivate.fallback("enum_state", f"{self.name} stays {self.default!r}")
             return contextlib.nullcontext()
         return self._state(value)
 
@@ -190,10 +185,6 @@ def current_style() -> str:
     return _STYLE.value
 
 
-#: JAX's traces of forward mode, and of linearization (reverse mode, ``linearize``).
-_FORWARD, _LINEARIZE = frozenset({"JVPTrace"}), frozenset({"LinearizeTrace", "JaxprTrace"})
-
-
 def under_derivative(reverse: bool = False) -> bool:
     """True while a derivative traces the caller, at any depth (also inside a loop body
     that one differentiates); with ``reverse``, only ``grad``/``vjp``/``linearize``.
@@ -203,37 +194,34 @@ def under_derivative(reverse: bool = False) -> bool:
     under a derivative :func:`xgather.checked` therefore traces exact programs
     (see the README). Where JAX's trace stack cannot be read, the answer is True.
     """
-    try:
-        from jax._src import core
-        trace = core.trace_ctx.trace
-    except (ImportError, AttributeError):  # pragma: no cover - other JAX versions
+    running = _jaxprivate.trace_kinds()
+    if running is None:
+        _jaxprivate.fallback("trace_ctx", "xgather.checked traces exact programs only")
         return True
-    kinds = _LINEARIZE if reverse else _FORWARD | _LINEARIZE
-    while trace is not None:
-        if type(trace).__name__ in kinds:
-            return True
-        trace = getattr(trace, "parent_trace", None)
-    return False
-
-
-def _on_stack(module: str) -> bool:
-    """True while code of ``module`` is among the callers (it is tracing ours)."""
-    frame: types.FrameType | None = sys._getframe(2)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == module:
-            return True
-        frame = frame.f_back
-    return False
+    kinds = _jaxprivate.LINEARIZE_TRACES
+    if not reverse:
+        kinds = kinds | _jaxprivate.FORWARD_TRACES
+    return any(kind in kinds for kind in running)
 
 
 def in_loop_body() -> bool:
     """True while ``lax.scan``, ``lax.map``, ``fori_loop`` or ``while_loop`` traces its body."""
-    return _on_stack("jax._src.lax.control_flow.loops")
+    found = _jaxprivate.on_stack("loops", _jaxprivate.LOOPS_MODULE, depth=2)
+    if found is None:
+        _jaxprivate.fallback("loops", "a check traced in a differentiated loop body does not "
+                             "warn that JAX drops it")
+        return False
+    return found
 
 
 def checks_functionalised() -> bool:
     """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
-    return _on_stack("jax._src.checkify")
+    found = _jaxprivate.on_stack("checkify", _jaxprivate.CHECKIFY_MODULE, depth=2)
+    if found is None:
+        _jaxprivate.fallback("checkify", "a check under a plain jax.jit fails in checkify's "
+                             "own words, not xgather's")
+        return True
+    return found
 
 
 def widen(plan, indices):

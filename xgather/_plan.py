@@ -158,11 +158,9 @@ class Plan:
             f" start_indices_batching_dims={dn.start_indices_batching_dims}",
             f"  slice_sizes={self.slice_sizes} gather_shape={self.gather_shape}",
         ]
-        from xgather._grad import scatter_text  # _grad, _kernel and _modes build on plans
-        from xgather._kernel import text as kernel_text
+        from xgather._grad import scatter_text  # _grad and _modes build on plans
         from xgather._modes import flag_text
         lines.append("  " + flag_text(self))
-        lines.append("  " + kernel_text(self))
         lines.append("  " + scatter_text(self))
         if self.index_broadcast:
             lines.append(f"  indices broadcast over leading dims {self.index_broadcast}")

@@ -58,7 +58,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -67,8 +67,8 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _dtypes, _grad, _modes
-from xgather._errors import fail
+from xgather import _apply, _dtypes, _grad, _jaxprivate, _modes
+from xgather._errors import XGatherError, fail
 
 #: The opsets the tests export at.
 TESTED_OPSETS = (17, 18, 19, 20, 21)
@@ -365,6 +365,7 @@ def register_jax2onnx() -> None:
 
     Raises:
       ImportError: jax2onnx is not installed (``pip install 'xgather[export]'``).
+      XGatherError: the installed jax and jax2onnx cannot work together.
     """
     if _registered:
         return
@@ -374,6 +375,9 @@ def register_jax2onnx() -> None:
         from jax2onnx.plugins.plugin_system import PrimitiveLeafPlugin, register_primitive
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("xgather.export needs jax2onnx: pip install 'xgather[export]'") from err
+    if not _jaxprivate.alias_closed_jaxpr():
+        _incompatible("jax has neither jax._src.core.ClosedJaxpr, which jax2onnx reads, nor "
+                      "jax.extend.core.ClosedJaxpr to stand in for it")
 
     def typed(value, dtype, shape):
         value.type = ir.TensorType(dtype)
@@ -515,6 +519,37 @@ def register_jax2onnx() -> None:
         since="xgather 0.1.0", testcases=[])(cls)
 
 
+#: The versions the export is tested with (jax on each of the project's Pythons).
+TESTED = {"jax2onnx": ("0.17.1",), "jax": ("0.10.2", "0.12.0.1")}
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        j2o = version("jax2onnx")
+    except PackageNotFoundError:  # pragma: no cover - an unpackaged checkout
+        j2o = "(unknown)"
+    return f"jax {jax.__version__} with jax2onnx {j2o}"
+
+
+def _incompatible(why: str, cause: BaseException | None = None) -> NoReturn:
+    raise XGatherError(
+        f"xgather.export: {_versions()} cannot export: {why}. xgather's export is tested with "
+        f"jax2onnx {' or '.join(TESTED['jax2onnx'])} on jax {' or '.join(TESTED['jax'])}: "
+        f"pip install 'jax2onnx=={TESTED['jax2onnx'][-1]}' 'jax=={TESTED['jax'][-1]}' "
+        f"(Python 3.12 or later; 'jax=={TESTED['jax'][0]}' on 3.11)") from cause
+
+
+def _from_jax2onnx(err: BaseException) -> bool:
+    """Whether ``err`` was raised inside jax2onnx or the JAX internals it reads."""
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_globals.get("__name__", "")
+        tb = tb.tb_next
+    return bool(last) and last.split(".")[0] in ("jax2onnx", "onnx_ir")
+
+
 def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
     """``jax2onnx.to_onnx(fn, inputs, opset=opset, **kwargs)`` with xgather's plugin registered.
 
@@ -544,7 +579,12 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
     register_jax2onnx()
     import jax2onnx
 
-    return jax2onnx.to_onnx(fn, inputs, opset=int(opset), **kwargs)
+    try:
+        return jax2onnx.to_onnx(fn, inputs, opset=int(opset), **kwargs)
+    except (AttributeError, ImportError) as err:
+        if not _from_jax2onnx(err):
+            raise
+        _incompatible(f"jax2onnx failed inside with {type(err).__name__}: {err}", err)
 
 
 _MIN_OPSET = 13

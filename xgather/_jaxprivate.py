@@ -1,0 +1,176 @@
+"""Every private JAX name xgather reads, in one place.
+
+Beside each name, a comment says why no public API does its job. Importing this
+module never fails: a name that moved in the installed JAX is recorded in
+:data:`MISSING` (name -> what went wrong), and the code that needs it takes the
+fallback written beside it, which keeps results exact, and warns once
+(:func:`fallback`). ``tests/test_jaxprivate.py`` asserts, on every JAX the
+project is tested on, that :data:`MISSING` is empty and that each name still
+means what xgather reads it for, so a move fails the suite loudly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import warnings
+from typing import Any
+
+import jax
+
+#: Private names that the installed JAX lacks: name -> the error met reading it.
+MISSING: dict[str, str] = {}
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def _read(name: str, path: str, attr: str | None = None) -> Any:
+    """``path.attr`` (a module where ``attr`` is None), or None with ``name`` in MISSING."""
+    try:
+        value = importlib.import_module(path)
+        return value if attr is None else getattr(value, attr)
+    except Exception as err:  # noqa: BLE001 - anything a moved module raises on import
+        MISSING[name] = f"{path}{'' if attr is None else '.' + attr}: {type(err).__name__}: {err}"
+        return None
+
+
+def fallback(name: str, consequence: str) -> None:
+    """Warn once per process that ``name`` is missing from this JAX, and what xgather
+    does instead."""
+    with _lock:
+        if name in _warned:
+            return
+        _warned.add(name)
+    warnings.warn(f"xgather: jax {jax.__version__} lacks the private name {MISSING[name]!r}; "
+                  f"{consequence}. Install a jax that xgather is tested with (its README says "
+                  "which) or report it.", RuntimeWarning, stacklevel=3)
+
+
+# -- jax._src.config.enum_state --------------------------------------------------------------
+# A config state that is part of every trace's context and of jit's C++ dispatch key. The
+# public jax.config can only update states JAX defines; a library cannot declare one
+# (jax.config.define_enum_state has no include_in_jit_key / include_in_trace_context).
+_config = _read("enum_state", "jax._src.config")
+_enum_state = getattr(_config, "enum_state", None) if _config is not None else None
+if _config is not None and _enum_state is None:
+    MISSING["enum_state"] = "jax._src.config.enum_state: AttributeError"
+
+
+def enum_state(name: str, values: tuple[str, ...], default: str, help: str) -> Any:
+    """A new trace-context config state, or None where this JAX cannot make one."""
+    if _enum_state is None:
+        return None
+    try:
+        return _enum_state(name, values, default, help, include_in_jit_key=True,
+                           include_in_trace_context=True)
+    except TypeError as err:  # the keywords changed meaning
+        MISSING["enum_state"] = f"jax._src.config.enum_state: TypeError: {err}"
+        return None
+
+
+# -- jax._src.core.trace_ctx ------------------------------------------------------------------
+# The stack of traces running now. Public JAX does not say whether a function is being
+# differentiated: a custom_jvp would, but it changes what the gather lowers to.
+_core = _read("trace_ctx", "jax._src.core")
+if _core is not None and not hasattr(_core, "trace_ctx"):
+    MISSING["trace_ctx"] = "jax._src.core.trace_ctx: AttributeError"
+#: The trace classes of forward mode, and of linearization (reverse mode, ``linearize``).
+FORWARD_TRACES = frozenset({"JVPTrace"})
+LINEARIZE_TRACES = frozenset({"LinearizeTrace", "JaxprTrace"})
+
+
+def trace_kinds() -> list[str] | None:
+    """The class names of the traces running now, innermost first; None where this JAX's
+    trace stack cannot be read."""
+    if "trace_ctx" in MISSING:
+        return None
+    trace = _core.trace_ctx.trace
+    kinds = []
+    while trace is not None:
+        kinds.append(type(trace).__name__)
+        trace = getattr(trace, "parent_trace", None)
+    return kinds
+
+
+# -- the modules of lax's loops and of checkify ------------------------------------------------
+# Whether a scan/while body, or checkify, is tracing the caller: no public API says so. The
+# ops look for these modules' frames among their callers.
+LOOPS_MODULE = "jax._src.lax.control_flow.loops"
+CHECKIFY_MODULE = "jax._src.checkify"
+for _name, _module in (("loops", LOOPS_MODULE), ("checkify", CHECKIFY_MODULE)):
+    _read(_name, _module)
+
+
+def on_stack(name: str, module: str, depth: int = 2) -> bool | None:
+    """Whether code of ``module`` is among the callers; None where the module is missing."""
+    if name in MISSING:
+        return None
+    frame = sys._getframe(depth)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == module:
+            return True
+        frame = frame.f_back
+    return False
+
+
+# -- jax._src.core.ShardingTypeError -----------------------------------------------------------
+# The error JAX raises where it cannot infer a result's sharding on Explicit mesh axes; jax
+# exports it under no public name (jax.errors has no sharding error).
+SHARDING_TYPE_ERROR: Any = getattr(_core, "ShardingTypeError", None)
+if SHARDING_TYPE_ERROR is None:
+    MISSING["ShardingTypeError"] = "jax._src.core.ShardingTypeError: AttributeError"
+    SHARDING_TYPE_ERROR = ()  # an empty except clause: JAX's own error comes through
+
+
+# -- jax._src.array.ArrayImpl ------------------------------------------------------------------
+# The concrete class of a JAX array. The eager call's cache key compares ``type(x) is`` it:
+# the public jax.Array is an ABC that tracers match too, and isinstance costs more.
+_array = _read("ArrayImpl", "jax._src.array")
+ARRAY_IMPL: type = getattr(_array, "ArrayImpl", None) or type("NoArrayImpl", (), {})
+if _array is not None and not hasattr(_array, "ArrayImpl"):
+    MISSING["ArrayImpl"] = "jax._src.array.ArrayImpl: AttributeError"
+
+
+# -- jax._src.xla_bridge.backends_are_initialized ----------------------------------------------
+# Whether JAX has started its backends: the public jax.devices() would start them.
+def backends_started() -> bool | None:
+    """True once JAX started a backend, None where this JAX cannot say."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    started = getattr(bridge, "backends_are_initialized", None)
+    if started is None:
+        MISSING["backends_are_initialized"] = (
+            "jax._src.xla_bridge.backends_are_initialized: AttributeError")
+        return None
+    return bool(started())
+
+
+# -- checkify.Error._pred ----------------------------------------------------------------------
+# A checkify Error's failed-check predicates, as traced values. Its public ``get()`` and
+# ``throw()`` read them on the host, after the program has run.
+def error_predicates(err) -> list | None:
+    """The predicates of a checkify ``Error``, or None where it has no such field."""
+    preds = getattr(err, "_pred", None)
+    if not isinstance(preds, dict):
+        MISSING["Error._pred"] = "jax.experimental.checkify.Error._pred: not a dict"
+        return None
+    return list(preds.values())
+
+
+# -- jax._src.core.ClosedJaxpr, for jax2onnx -----------------------------------------------------
+# jax2onnx 0.17 reads jax._src.core.ClosedJaxpr, which jax 0.12 merged into Jaxpr; the
+# public jax.extend.core.ClosedJaxpr still names that class. xgather.export sets the old
+# name to it where it is missing (the same class JAX exports), before jax2onnx traces.
+def alias_closed_jaxpr() -> bool:
+    """Give ``jax._src.core`` its ``ClosedJaxpr`` where this JAX lacks it; True where the
+    name is there (now or before)."""
+    if _core is None:
+        return False
+    if hasattr(_core, "ClosedJaxpr"):
+        return True
+    import jax.extend.core as public
+    closed = getattr(public, "ClosedJaxpr", None)
+    if closed is None:
+        return False
+    _core.ClosedJaxpr = closed
+    return True
