@@ -327,7 +327,7 @@ def _check_json_folder(parser, path: str | None) -> None:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _load(parser, path: str) -> dict:

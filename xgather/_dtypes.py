@@ -48,7 +48,7 @@ ONNX_DATA_13 = ONNX_DATA | {"bfloat16"}
 
 
 def x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.read("jax_enable_x64"))
 
 
 def is_traced(*xs) -> bool:

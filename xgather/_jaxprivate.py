@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+import types
 import warnings
 from typing import Any
 
@@ -106,7 +107,7 @@ def on_stack(name: str, module: str, depth: int = 2) -> bool | None:
     """Whether code of ``module`` is among the callers; None where the module is missing."""
     if name in MISSING:
         return None
-    frame = sys._getframe(depth)
+    frame: types.FrameType | None = sys._getframe(depth)
     while frame is not None:
         if frame.f_globals.get("__name__") == module:
             return True

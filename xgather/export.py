@@ -543,11 +543,11 @@ def _incompatible(why: str, cause: BaseException | None = None) -> NoReturn:
 def _from_jax2onnx(err: BaseException) -> bool:
     """Whether ``err`` was raised inside jax2onnx or the JAX internals it reads."""
     tb = err.__traceback__
-    last = None
+    last = ""
     while tb is not None:
-        last = tb.tb_frame.f_globals.get("__name__", "")
+        last = str(tb.tb_frame.f_globals.get("__name__", ""))
         tb = tb.tb_next
-    return bool(last) and last.split(".")[0] in ("jax2onnx", "onnx_ir")
+    return last.split(".")[0] in ("jax2onnx", "onnx_ir")
 
 
 def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
