@@ -1,4 +1,4 @@
-"""Which loads XLA's GPU gathers compile to (issue 13): the PTX of W1's gather at the GPU
+"""Which loads XLA's GPU gathers compile to: the PTX of W1's gather at the GPU
 size, as ``lax.gather`` and as xgather's checked default, summarised per kernel.
 
 A row gather near the copy roof reads with 16-byte vector loads (``ld.global.v4``);

@@ -25,7 +25,7 @@ SCHEMA = "xgather-bench-eager/1"
 
 ROWS, WIDTH, LOOKUPS = 100, 16, 10  # W8's shapes
 BASELINE = "jnp.take"
-LIMITS = {"promise_in_bounds": 1.5, "default": 2.0}  # issue 12, over BASELINE
+LIMITS = {"promise_in_bounds": 1.5, "default": 2.0}  # the project's eager-call targets, over BASELINE
 
 
 def ops():
@@ -65,7 +65,7 @@ def run(repeats: int = 25, calls: int = 200) -> dict:
     """The eager calls' record: per op, mode and kind of indices, samples (seconds per
     call) and the paired ratio to :data:`BASELINE` on the same kind of indices.
 
-    Indices are device arrays (issue 12's limits are for these) or NumPy arrays (no
+    Indices are device arrays (the limits are for these) or NumPy arrays (no
     limit given; the table shows them beside). The data is a device array in both.
     """
     import jax
@@ -129,7 +129,7 @@ def table(record: dict) -> str:
             lines.append(f"{r['op']:<26} {r['mode']:<18} {r['median_s'] * 1e6:8.1f} "
                          f"{r['ratio']:6.2f} {100 * r['spread']:6.1f}% {limit:>6}{over}")
     lines.append("/take: median over rounds of the call's time over jnp.take's on the same kind "
-                 "of indices in the same round; limit: issue 12's bound (device indices)")
+                 "of indices in the same round; limit: the eager-call target (device indices)")
     return "\n".join(lines)
 
 

@@ -401,7 +401,7 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
                                                  negative_indices=False)
         if w.op == "grad" and (on_gpu or not w.cpu_default):
             # The gradient with its indices sorted first: which form a GPU's jaxlib
-            # runs faster (issue 13: atomics under contention) is read off this pair.
+            # runs faster (atomics under contention) is read off this pair.
             out["xgather[promise,sorted]"] = xgather_runner(
                 w, d, i, "promise_in_bounds", grad_scatter="sorted", negative_indices=False)
     if want("lax"):

@@ -136,7 +136,7 @@ WORKLOADS = {w.key: w for w in [
     _w("W10", "GatherElements", "onnx.gather_elements",
        ((256, 1024), (256, 1024)), ((1024, 1024), (1024, 1024)), ((2048, 2048), (2048, 2048)),
        ((8192, 32768), (8192, 8192)), ((6, 9), (6, 9)), axis=1),
-    # W9's scatter-add under contention and without, in f32 and bf16 (issue 13: some
+    # W9's scatter-add under contention and without, in f32 and bf16 (some
     # jaxlib versions emit a compare-and-swap loop for it on NVIDIA GPUs). On a GPU
     # they are part of a plain run; on a CPU, only where --workloads names them.
     _w("W9r", f"grad, {HOT_ROWS} hot rows", "grad", *_GRAD, _EMB_GPU, ((50, 8), (13,)),

@@ -386,7 +386,7 @@ def test_negative_zero_fill_keeps_its_sign_whatever_ran_before():
     idx = np.array([5, 1])
     for first, second in [(0.0, -0.0), (-0.0, 0.0), (0.0, np.float32(-0.0)),
                           (0.0, complex(-0.0, 1.0))]:
-        xgather._apply.clear_caches()
+        xgather._frontend.clear_caches()
         for fill in (first, second):
             d = data.astype(np.complex64) if isinstance(fill, complex) else data
             want = np.where(idx < 3, d[np.minimum(idx, 2)], np.asarray(fill, d.dtype))

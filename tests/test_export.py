@@ -683,7 +683,7 @@ def test_ops_are_restored_after_export():
 
 
 def test_readme_export_example_runs():
-    from tests.test_readme import BLOCKS
+    from tests.test_docs import BLOCKS
 
     block = next(b for b in BLOCKS if "xgather.export.to_onnx" in b)
     ns: dict = {}

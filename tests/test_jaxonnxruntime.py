@@ -128,7 +128,7 @@ def test_all_ten_gather_node_tests_are_collected():
 
 
 def test_readme_jaxonnxruntime_example_runs():
-    from tests.test_readme import BLOCKS
+    from tests.test_docs import BLOCKS
 
     block = next(b for b in BLOCKS if "register_jaxonnxruntime" in b)
     ns: dict = {}

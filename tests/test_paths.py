@@ -18,7 +18,7 @@ import pytest
 import xgather
 from tests import reference as ref
 from tests.helpers import assert_same
-from xgather import OutOfBoundsError, _frontend, _plan
+from xgather import OutOfBoundsError, _frontend, _gather, _plan
 
 G, ND, EL = xgather.onnx.gather, xgather.onnx.gather_nd, xgather.onnx.gather_elements
 
@@ -201,9 +201,9 @@ def test_checked_runs_without_the_report_until_an_index_is_bad():
 def branch_wrap(monkeypatch):
     """Plans whose wrap takes a branch at any size: the ones the fast programs speculate on."""
     monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1)
-    xgather._apply.clear_caches()
+    xgather._frontend.clear_caches()
     yield
-    xgather._apply.clear_caches()
+    xgather._frontend.clear_caches()
 
 
 def test_checked_speculates_until_a_negative_index_is_in_range(branch_wrap):
@@ -280,8 +280,8 @@ def test_device_indices_speculate_until_a_negative_index_is_in_range(branch_wrap
     data = jnp.asarray(np.arange(30, dtype=np.float32).reshape(5, 6))
     idx = np.array([0, 5, 3], np.int32)
     plan = xgather.explain(G, data, idx, 1)
-    exact = _apply.flagged(plan, None, _apply.NO_HINTS, None)
-    speculative = _apply.flagged(plan, None, _apply.NO_HINTS, None, speculate=True)
+    exact = _apply.flagged(plan, None, _gather.NO_HINTS, None)
+    speculative = _apply.flagged(plan, None, _gather.NO_HINTS, None, speculate=True)
     before = exact._cache_size(), speculative._cache_size()
     assert_same(G(data, jnp.asarray(idx), 1), ref.gather(np.asarray(data), idx, 1))
     assert (exact._cache_size(), speculative._cache_size()) == (before[0], before[1] + 1)
@@ -326,9 +326,9 @@ def wrap_pass(request, monkeypatch):
     """Plans made with the wrap inside the gather, or in a branch ("separate" for row
     gathers, "gather" for element gathers: see _expected_pass)."""
     monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1 if request.param == "branch" else 2**62)
-    xgather._apply.clear_caches()
+    xgather._frontend.clear_caches()
     yield request.param
-    xgather._apply.clear_caches()
+    xgather._frontend.clear_caches()
 
 
 def _expected_pass(wrap_pass, plan):
@@ -459,7 +459,7 @@ def test_other_backends_lowering_runs_here_too(case, monkeypatch):
     """Plans made for a GPU (no row batching) give the same results on this CPU."""
     op, dshape, ishape, args, s, want = case
     monkeypatch.setattr(_plan, "backend", lambda name=None: name or "gpu")
-    xgather._apply.clear_caches()
+    xgather._frontend.clear_caches()
     try:
         rng = np.random.default_rng(2)
         data = rng.standard_normal(dshape).astype(np.float32)
@@ -472,7 +472,7 @@ def test_other_backends_lowering_runs_here_too(case, monkeypatch):
         assert_same(xgather.checked(jax.jit(lambda d, i: op(d, i, *args)))(data, idx),
                     want(data, idx))
     finally:
-        xgather._apply.clear_caches()
+        xgather._frontend.clear_caches()
 
 
 def test_cpu_plans_batch_rows_and_say_so():
@@ -486,7 +486,7 @@ def test_clear_caches_forgets_every_signature():
     data, idx = np.arange(5, dtype=np.float32), np.array([1], np.int32)
     G(data, idx)
     assert _runners_for(G)
-    xgather._apply.clear_caches()
+    xgather._frontend.clear_caches()
     assert not _frontend.RUNNERS
     assert_same(G(data, idx), ref.gather(data, idx))
 

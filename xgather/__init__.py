@@ -2,13 +2,24 @@
 
 from xgather import bnns, labview, onnx, openvino, sharded
 from xgather._alloc import keep_large_allocations
-from xgather._apply import checked, explain
+from xgather._apply import checked
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
+from xgather._frontend import explain
 from xgather._grad import grad_scatter
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # xgather.export on first use: it needs jax2onnx only when it exports, and importing
+    # it costs every user of xgather a few more JAX modules.
+    if name == "export":
+        import importlib
+        return importlib.import_module("xgather.export")
+    raise AttributeError(f"module 'xgather' has no attribute {name!r}")
+
 
 __all__ = [
     "MODES",
@@ -20,6 +31,7 @@ __all__ = [
     "checked",
     "default_mode",
     "explain",
+    "export",
     "grad_scatter",
     "keep_large_allocations",
     "bnns",

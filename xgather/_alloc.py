@@ -6,8 +6,8 @@ output afresh, so every call of a large gather page-faults its whole output
 again (a 32 MiB output is 8193 faults a call); onnxruntime and OpenVINO keep
 arenas and do not pay that. XLA runs programs on worker threads, and glibc
 gives each worker thread its own arena, whose heaps are at most 64 MiB: a
-block larger than that is mapped afresh there whatever the mmap settings (a
-100 MiB output: 25001 faults a call, 5x the time of the computation).
+block larger than that is mapped afresh there whatever the mmap settings, and
+faulting it in can take longer than the computation.
 
 :func:`keep_large_allocations` tells glibc, through ``mallopt``, to serve
 large blocks from the heap, keep freed memory for reuse, and create no arenas

@@ -1,23 +1,22 @@
-"""Plan + arrays -> result: the one place that calls ``lax.gather``."""
+"""Plan + arrays -> result: indices prepared for the mode, the gather traced and jitted,
+checks run eagerly or functionalised (:func:`checked`)."""
 
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import types
 import warnings
-from collections.abc import Callable
-from typing import Any, NamedTuple, NoReturn, TypeVar, cast
+from typing import NoReturn
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.experimental import checkify
 
-from xgather import _dtypes, _grad, _jaxprivate, _modes, _plan
+from xgather import _dtypes, _grad, _jaxprivate, _modes
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
+from xgather._gather import NO_HINTS, Hints
 from xgather._plan import Plan
 
 
@@ -47,112 +46,6 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None,
     return bad, out
 
 
-class Hints(NamedTuple):
-    """How XLA may lower a gather, none of it changing the values: promises about the
-    wrapped positions, and where the result lives (``out_sharding``: a
-    ``NamedSharding``, or a ``PartitionSpec`` of the mesh in context)."""
-
-    indices_are_sorted: bool = False
-    unique_indices: bool = False
-    out_sharding: Any = None
-
-
-NO_HINTS = Hints()
-
-
-def gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
-    """``lax.gather`` on wrapped indices: the one call site, vmapped over batch dims, and
-    placed as ``hints.out_sharding`` says."""
-    if hints.out_sharding is None:
-        return _gather_prepared(plan, mode, fill_value, hints, data, idx)
-    return placed(functools.partial(_gather_prepared, plan, mode, fill_value, hints),
-                  hints.out_sharding)(data, idx)
-
-
-def placed(fn, out_sharding):
-    """``fn`` with its result placed as ``out_sharding``.
-
-    On a mesh with Explicit axes, ``fn`` runs with those axes made Auto
-    (``jax.sharding.auto_axes``), so that XLA's partitioner chooses how the gather
-    reads its inputs, and the result is resharded as asked; this is what
-    ``jnp.ndarray.at[...].get(out_sharding=)`` does. On Auto axes the result is
-    constrained to it.
-    """
-    mesh = mesh_of(out_sharding)
-    if mesh.explicit_axes:
-        return jax.sharding.auto_axes(fn, out_sharding=out_sharding, axes=mesh.explicit_axes)
-    return lambda *args: lax.with_sharding_constraint(fn(*args), out_sharding)
-
-
-def mesh_of(out_sharding):
-    """The (abstract) mesh of ``out_sharding``: a ``NamedSharding``'s own, else the one in
-    context (``jax.set_mesh``; empty where none is)."""
-    if isinstance(out_sharding, jax.sharding.NamedSharding):
-        return out_sharding.mesh.abstract_mesh
-    return jax.sharding.get_abstract_mesh()
-
-
-def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
-    indices_are_sorted, unique_indices = hints.indices_are_sorted, hints.unique_indices
-    fill = 0 if fill_value is None else fill_value
-    if plan.data_crop is not None:
-        data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
-    if 0 in plan.bounds:
-        # No position exists on an empty axis: every index is out of range.
-        no_clamp_into_nothing(plan, mode, idx)
-        # full_like keeps data's weak type, as the gather does
-        return lax.full_like(data, fill, shape=plan.gather_shape).reshape(plan.out_shape)
-    start = idx if plan.index_vector else idx[..., None]
-    if mode == "clip":
-        unique_indices = False  # clamping can map distinct indices to one position
-
-    def core(d, i):
-        if plan.index_broadcast:
-            lead = plan.index_broadcast
-            i = jnp.broadcast_to(i[(None,) * len(lead)], lead + i.shape)
-        return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes,
-                          mode=_modes.lax_mode(mode),
-                          fill_value=fill if mode == "fill" else None,
-                          indices_are_sorted=indices_are_sorted, unique_indices=unique_indices)
-
-    if plan.lowering.startswith("vmap"):
-        for _ in range(plan.batch_dims):
-            core = jax.vmap(core)
-    try:
-        return core(data, start).reshape(plan.out_shape)
-    except ValueError as e:  # vmap over batch dims that an Explicit mesh shards apart
-        if "should be sharded the same" not in str(e):
-            raise
-        fail(plan.op, "on a mesh's Explicit axes, the batch dims of data and indices must be "
-             "sharded alike (or give out_sharding=, or make the mesh with AxisType.Auto axes)",
-             f"data {_spec(data)}, indices {_spec(idx)} with batch_dims={plan.batch_dims}",
-             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
-    except _jaxprivate.SHARDING_TYPE_ERROR:  # a result sharding JAX cannot infer
-        fail(plan.op, "inputs sharded over a mesh's Explicit axes (jax.make_mesh's default): "
-             "there JAX asks a gather from sharded indices, or along a sharded data axis, for "
-             "the sharding of its result. Give it as out_sharding= (a NamedSharding, or a "
-             "PartitionSpec under jax.set_mesh), make the mesh with axis_types=(AxisType.Auto, "
-             "...), reshard the inputs (jax.sharding.reshard), or use xgather.sharded.gather "
-             "for a table sharded by rows",
-             f"data {_spec(data)}, indices {_spec(idx)}",
-             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
-
-
-def no_clamp_into_nothing(plan: Plan, mode: str, indices) -> None:
-    """``"clip"`` has no position to clamp to where an indexed axis has size 0."""
-    if mode == "clip" and 0 in plan.bounds and np.size(indices):
-        fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
-             f"index axes {plan.index_axes}",
-             {"data": plan.data_shape, "indices": plan.indices_shape})
-
-
-def _spec(x) -> str:
-    try:
-        return str(jax.typeof(x).sharding.spec)
-    except AttributeError:  # pragma: no cover - other JAX versions
-        return "sharded"
-
-
 def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints = NO_HINTS,
                 grad=None, flag: bool = False, speculate: bool | None = None):
     """The traced body of every op: prepare the indices, then gather.
@@ -163,7 +56,7 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
     With ``flag``, returns ``(bad, out)`` (see :func:`prepare`, also for ``speculate``).
     """
     def gather(idx):
-        return _grad.gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx)
+        return _grad.gather(plan, mode, fill_value, hints, grad, data, idx)
 
     bad, out = prepare(plan, mode, indices, flag, gather, speculate)
     return (bad, out) if flag else out
@@ -193,18 +86,6 @@ def flagged(plan: Plan, fill_value, hints: Hints, grad=None, speculate=False):
             return gather_core(plan, "promise_in_bounds", fill_value, data, indices, hints, grad,
                                flag=True, speculate=speculate)
     return jax.jit(body)
-
-
-def clear_caches() -> None:
-    """Forget every plan, jitted function and eager call path xgather has cached.
-
-    Needed after tracing under patched JAX functions (an exporter's), so that
-    later calls trace afresh.
-    """
-    for cached in (compiled, flagged, _plan._take_plan, _plan._nd_plan, _plan._elements_plan):
-        cached.cache_clear()
-    from xgather import _frontend
-    _frontend.RUNNERS.clear()
 
 
 def throw(err) -> None:
@@ -283,8 +164,8 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
     that a call does no more than its own work; the frontends cache the result
     per signature. Under ``"error"``, NumPy indices are checked on the host
     while the program runs, and device indices inside the program, which
-    returns a flag beside the result (pulling small device indices to the host
-    measured no faster on XLA:CPU: the read waits for the program). That
+    returns a flag beside the result (a host read of device indices would wait
+    for the program that makes them). That
     program speculates (:func:`flagged`): where the wrap would take a branch of
     its own, its flag is set by any index outside ``[0, s-1]``. When it is,
     the host check reports a bad index, and in-range negative indices are
@@ -330,11 +211,10 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
 def flag_set(flag) -> bool:
     """The flag a checked program returned, read on the host (it waits for the program).
 
-    A single-device CPU array is read through the buffer protocol, a few
-    microseconds sooner than ``np.asarray``; other arrays (GPU, sharded) are
-    copied over (:func:`copied_flag_set`). The per-call paths of
-    :func:`checked` and :func:`concrete_runner` inline the first case, which
-    saves a call and measured about 0.8 us of W8's 32 (issue 12).
+    A single-device CPU array is read through the buffer protocol, sooner than
+    ``np.asarray`` reads it; other arrays (GPU, sharded) are copied over
+    (:func:`copied_flag_set`). The per-call paths of :func:`checked` and
+    :func:`concrete_runner` inline the first case, which saves a call.
     """
     try:
         return bool(memoryview(flag)[()])
@@ -444,44 +324,3 @@ def checked(fn, *, static_argnums=(), static_argnames=()):
                              "and passed in the report")
 
     return wrapper
-
-
-_Op = TypeVar("_Op", bound=Callable[..., Any])
-
-
-def planned(planner: Callable[..., Plan]) -> Callable[[_Op], _Op]:
-    """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op,
-    and cache the op's eager calls per signature. The op keeps its signature."""
-    def attach(op: _Op) -> _Op:
-        from xgather._frontend import cached
-        wrapper = cached(op)
-        wrapper.__xgather_plan__ = planner
-        return cast(_Op, wrapper)
-    return attach
-
-
-def explain(op, *args, **kwargs) -> Plan:
-    """The plan ``op(*args, **kwargs)`` would run, without running it.
-
-    Arrays may be replaced by anything with ``.shape`` and ``.dtype`` (e.g.
-    ``jax.ShapeDtypeStruct``). ``print(xgather.explain(...))`` shows the
-    normalised attributes, the lowering taken, the ``lax.GatherDimensionNumbers``
-    and the slice sizes.
-
-    >>> import numpy as np, xgather
-    >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64), axis=1)
-    >>> p.out_shape, p.index_axes, p.bounds
-    ((3, 5), (1,), (4,))
-    """
-    planner = getattr(op, "__xgather_plan__", None)
-    if planner is None:
-        raise XGatherTypeError(f"xgather.explain: {getattr(op, '__name__', op)!r} is not an "
-                               "xgather op")
-    try:  # the arguments the op itself would take, no more (the planner ignores call options)
-        inspect.signature(op).bind(*args, **kwargs)
-    except TypeError as e:
-        raise XGatherTypeError(f"xgather.explain: {getattr(op, '__name__', op)}: {e}") from None
-    if kwargs.get("mode") is not None:
-        _modes.choice(f"xgather.explain({getattr(op, '__name__', op)})", "mode", kwargs["mode"],
-                      _modes.MODES)
-    return planner(*args, **kwargs)

@@ -11,18 +11,23 @@ program, with the same checks and errors.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from xgather import _apply, _dtypes, _jaxprivate, _modes
+from xgather import _apply, _dtypes, _gather, _grad, _jaxprivate, _modes, _plan
 from xgather._errors import XGatherTypeError, fail
+from xgather._plan import Plan
 
-#: Signature -> runner, filled by :func:`call`; :func:`xgather._apply.clear_caches` empties it.
+#: Signature -> runner, filled by :func:`call`; :func:`clear_caches` empties it.
 RUNNERS: dict = {}
 #: At this many signatures the cache starts afresh (as ``compiled``'s holds 2048 programs).
 RUNNERS_MAX = 2048
@@ -195,7 +200,7 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
              f"{type(out_sharding).__module__}.{type(out_sharding).__qualname__}".removeprefix(
                  "builtins."), sh,
              kind=XGatherTypeError)
-    mesh = _apply.mesh_of(out_sharding)
+    mesh = _gather.mesh_of(out_sharding)
     if mesh.empty:  # a PartitionSpec outside jax.set_mesh
         fail(plan.op, "out_sharding as a PartitionSpec needs a mesh in context "
              "(with jax.set_mesh(mesh): ...); or give a NamedSharding", repr(out_sharding), sh)
@@ -238,7 +243,7 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
     if key is not None and not _dtypes.needs_host(data):
         _pending.key = None  # the signature is settled here, for this call alone
         _dtypes.check_data(plan.op, data, sh)
-        hints = _apply.Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
+        hints = _gather.Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
         gather = _apply.concrete_runner(plan, mode, fill_value, hints, grad, idx)
         runner = gather
         # NumPy indices: the signature fixes their dtype (checked above) and the x64 flag,
@@ -253,3 +258,57 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
         return gather(data, idx)  # idx: converted above already
     return _apply.run(plan, data, idx, mode, fill_value, indices_are_sorted=indices_are_sorted,
                       unique_indices=unique_indices, grad=grad, out_sharding=out_sharding)
+
+
+def clear_caches() -> None:
+    """Forget every plan, jitted function and eager call path xgather has cached.
+
+    Needed after tracing under patched JAX functions (an exporter's), so that
+    later calls trace afresh.
+    """
+    for cache in (_apply.compiled, _apply.flagged, _plan._take_plan, _plan._nd_plan,
+                  _plan._elements_plan):
+        cache.cache_clear()
+    RUNNERS.clear()
+
+
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def planned(planner: Callable[..., Plan]) -> Callable[[_Op], _Op]:
+    """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op,
+    and cache the op's eager calls per signature. The op keeps its signature."""
+    def attach(op: _Op) -> _Op:
+        wrapper = cached(op)
+        wrapper.__xgather_plan__ = planner
+        return cast(_Op, wrapper)
+    return attach
+
+
+def explain(op, *args, **kwargs) -> Plan:
+    """The plan ``op(*args, **kwargs)`` would run, without running it.
+
+    Arrays may be replaced by anything with ``.shape`` and ``.dtype`` (e.g.
+    ``jax.ShapeDtypeStruct``). ``print(xgather.explain(...))`` shows the
+    normalised attributes, the lowering taken, the ``lax.GatherDimensionNumbers``
+    and the slice sizes, then what the call adds to the plan as traced now: the
+    bound check's flag and the gradient's scatter-add form (the plan's ``notes``).
+
+    >>> import numpy as np, xgather
+    >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64), axis=1)
+    >>> p.out_shape, p.index_axes, p.bounds
+    ((3, 5), (1,), (4,))
+    """
+    planner = getattr(op, "__xgather_plan__", None)
+    if planner is None:
+        raise XGatherTypeError(f"xgather.explain: {getattr(op, '__name__', op)!r} is not an "
+                               "xgather op")
+    try:  # the arguments the op itself would take, no more (the planner ignores call options)
+        inspect.signature(op).bind(*args, **kwargs)
+    except TypeError as e:
+        raise XGatherTypeError(f"xgather.explain: {getattr(op, '__name__', op)}: {e}") from None
+    if kwargs.get("mode") is not None:
+        _modes.choice(f"xgather.explain({getattr(op, '__name__', op)})", "mode", kwargs["mode"],
+                      _modes.MODES)
+    plan = planner(*args, **kwargs)
+    return dataclasses.replace(plan, notes=(_modes.flag_text(plan), _grad.scatter_text(plan)))

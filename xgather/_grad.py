@@ -24,8 +24,8 @@ one atomic add per lookup (the atomics are what collapses under contention on
 some jaxlib versions: openxla/xla#46225, #26371). The price is a sort of the
 indices and a permutation of the cotangent. On XLA:CPU the scatter is a loop
 either way, so ``"direct"`` is the default everywhere until a GPU measurement
-(the bench's ``xgather[promise,sorted]`` beside ``xgather[promise]`` on the W9
-workloads) says otherwise.
+(the bench's ``xgather[promise,sorted]`` beside ``xgather[promise]`` on the
+gradient workloads) says otherwise.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from xgather import _modes, _plan
+from xgather._gather import gather_prepared
 
 #: The forms of the gradient's scatter-add (see :func:`grad_scatter`).
 GRAD_SCATTERS = ("direct", "sorted")
@@ -137,7 +138,7 @@ def tangent(gather, t_data, grad=None):
     return out.astype(t_data.dtype)
 
 
-def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
+def gather(plan, mode, fill_value, hints, grad, data, idx):
     """``gather_prepared(plan, ...)(data, idx)``, with this module's derivative where it
     applies (``grad`` given, data that :func:`accumulation` widens, or the sorted
     scatter-add chosen: :func:`grad_scatter`)."""
@@ -147,31 +148,31 @@ def gather(gather_prepared, plan, mode, fill_value, hints, grad, data, idx):
     form = "direct" if direct else scatter_form(plan, data.dtype)
     if grad is None and accumulation(data.dtype) is None and form == "direct":
         return gather_prepared(plan, mode, fill_value, hints, data, idx)
-    return _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
+    return _custom(plan, mode, fill_value, hints, grad, form, data, idx)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4, 5, 6))
-def _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3, 4, 5))
+def _custom(plan, mode, fill_value, hints, grad, form, data, idx):
     return gather_prepared(plan, mode, fill_value, hints, data, idx)
 
 
-def _custom_jvp(gather_prepared, plan, mode, fill_value, hints, grad, form, primals, tangents):
+def _custom_jvp(plan, mode, fill_value, hints, grad, form, primals, tangents):
     data, idx = primals
     t_data, _ = tangents  # symbolic zeros: the indices' float0 tangent is never made
-    out = _custom(gather_prepared, plan, mode, fill_value, hints, grad, form, data, idx)
+    out = _custom(plan, mode, fill_value, hints, grad, form, data, idx)
     if isinstance(t_data, jax.custom_derivatives.SymbolicZero):
         t_data = jnp.zeros(t_data.shape, t_data.dtype)
     # Linear in t_data (filled slots have tangent 0), so JAX can transpose it for
     # reverse mode.
     if form == "sorted":
-        linear = functools.partial(_sorted_gather, gather_prepared, plan, mode, hints, idx)
+        linear = functools.partial(_sorted_gather, plan, mode, hints, idx)
     else:
         def linear(t):
             return gather_prepared(plan, mode, 0, hints, t, idx)
     return out, tangent(linear, t_data, grad)
 
 
-def _sorted_gather(gather_prepared, plan, mode, hints, idx, t):
+def _sorted_gather(plan, mode, hints, idx, t):
     """``gather_prepared(plan, mode, 0, hints, t, idx)``, computed at the indices sorted
     and then put back in order. Both steps are gathers, so JAX transposes them into a
     scatter-add that permutes the cotangent (unique indices) and one of sorted indices.

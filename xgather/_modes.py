@@ -392,17 +392,16 @@ def _report_args(plan, indices, xp):
 # Up to this many indices the check's report is computed on every call (cheaper than
 # a branch); above it, only when some index is bad.
 _EAGER_REPORT = 1 << 15
-# XLA:CPU (jaxlib 0.10) runs a float32 max over 4096 or more values as a library kernel,
-# which compiles in about 30 ms; over fewer it compiles loops (one unrolled loop up to a
-# few dozen values). Beside large gathers, flags of _UNROLLED_MAX+1 to 4095 values are
-# padded up to _LIBRARY_MIN: measured, that compiles 15-35 ms faster and runs 3-16 us a
-# call slower, which such a gather hides. Beside small gathers (Plan.small) the padding
-# would cost a third or more of the call (eager calls pay it every time; the CPU client
-# no longer runs a program of 1000 or more flops inline), so their flags are not padded;
-# there a boolean jnp.any compiles 15-57 ms faster than the float loops (64-4000 values
-# beside an element gather, 8 alternating compiles each) and runs as fast (0.93-1.01x).
-# Over 8192 values and more it compiles in 210-400 ms, hence the float max everywhere else.
-# Above _EAGER_REPORT a first stage reduces (rows, lanes) blocks.
+# XLA:CPU runs a float32 max over _LIBRARY_MIN or more values as a library kernel; over
+# fewer it compiles loops (one unrolled loop up to _UNROLLED_MAX values). Beside large
+# gathers, flags of _UNROLLED_MAX+1 to _LIBRARY_MIN-1 values are padded up to _LIBRARY_MIN,
+# which compiles faster and costs a little per call, hidden by such a gather. Beside small
+# gathers (Plan.small) the padding would be a large part of the call (and the CPU client
+# runs only programs of under 1000 flops inline), so their flags are not padded: a boolean
+# jnp.any compiles faster than the float loops there and runs as fast. Over several
+# thousand values jnp.any compiles slowly, hence the float max everywhere else. Above
+# _EAGER_REPORT a first stage reduces (rows, lanes) blocks. The measurements behind these
+# choices: docs/performance.md.
 _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
@@ -424,8 +423,8 @@ def _any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
 
     ``backend``: the plan's (``Plan.backend``), whose form alone is traced. Both
     forms compute the same flag, so a program lowered for another backend stays
-    exact, in the form chosen for this one; tracing one form, not both under
-    ``lax.platform_dependent``, saves about 4 ms per checked trace.
+    exact, in the form chosen for this one; one form is traced, not both under
+    ``lax.platform_dependent``, which would cost every checked trace time.
     """
     flat = bad.ravel()
     n = flat.size
@@ -563,7 +562,7 @@ def host_check(plan, indices) -> None:
 
 def host_checker(plan):
     """:func:`host_check` for ``plan``'s NumPy indices, its range settled once: the
-    per-call check of a cached eager call (about 1.5 us on 10 indices, against 6)."""
+    per-call check of a cached eager call."""
     vector = plan.index_vector
     lows, highs = _host_range(plan)
 

@@ -33,8 +33,7 @@ _SEPARATE_WRAP = 1 << 14
 _ROWS = 4
 # Elements of one slice (prod(slice_sizes)) from which the wrap stays inside the gather at
 # any size: the index is then loaded once per slice and the wrap with it, out of the copy
-# loop (measured on XLA:CPU: as fast as a pass of its own from 8 elements, and it adds no
-# kernel to compile; 2 and 4 tie).
+# loop, and no kernel is added to compile (docs/performance.md: the lowering's choices).
 _ROW_SLICE = 8
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
@@ -107,6 +106,10 @@ class Plan:
     index_broadcast: Shape = ()
     backend: str = "cpu"
     model_opset: int | None = None
+    #: Lines that :func:`xgather.explain` adds: what the call makes of the plan as traced
+    #: then (the bound check's flag, the gradient's scatter-add). Not part of the plan's
+    #: identity.
+    notes: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def index_count(self) -> int:
@@ -158,14 +161,11 @@ class Plan:
             f" start_indices_batching_dims={dn.start_indices_batching_dims}",
             f"  slice_sizes={self.slice_sizes} gather_shape={self.gather_shape}",
         ]
-        from xgather._grad import scatter_text  # _grad and _modes build on plans
-        from xgather._modes import flag_text
-        lines.append("  " + flag_text(self))
-        lines.append("  " + scatter_text(self))
         if self.index_broadcast:
             lines.append(f"  indices broadcast over leading dims {self.index_broadcast}")
         if self.data_crop is not None:
             lines.append(f"  data cropped to {self.data_crop} before the gather")
+        lines.extend("  " + note for note in self.notes)
         return "\n".join(lines)
 
 
@@ -236,7 +236,7 @@ def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batc
     out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
     if a > 0 and backend_name == "cpu":
         # A gather inside the array: an offset-dims gather would collect the
-        # slices index-major and transpose them (slow on XLA:CPU, ~10x once the
+        # slices index-major and transpose them (slow on XLA:CPU, above all once the
         # program has a second output such as a checkify flag). Make the dims
         # before the axis batching dims instead, so the output is written in order.
         rows = tuple(range(a))

@@ -9,9 +9,9 @@ there to choose.
 
 from __future__ import annotations
 
-from xgather import _apply, _dtypes, _plan
+from xgather import _dtypes, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
-from xgather._frontend import call, int_attr, shapes
+from xgather._frontend import call, int_attr, planned, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -45,7 +45,7 @@ def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002
                                smaller_ok=False)
 
 
-@_apply.planned(_gather_nd_plan)
+@planned(_gather_nd_plan)
 def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int = 0, *,  # noqa: A002
               mode: Mode | None = None, fill_value=None, out_sharding: Sharding = None) -> Result:
     """``BNNSGatherND``: ``indices`` is a set of lookup vectors along its last axis.
@@ -57,7 +57,9 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
       input: array of shape ``(b..., d...)``.
       indices: int32/int64 array of shape ``(b..., q..., k)``, each entry in ``[0, d_j - 1]``.
       batch_dimension_count: leading dimensions of ``input`` and ``indices`` that pair up.
-      mode, fill_value, out_sharding: as for :func:`xgather.onnx.gather`.
+      mode: as for :func:`xgather.onnx.gather`.
+      fill_value: as for :func:`xgather.onnx.gather`.
+      out_sharding: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)``.
@@ -71,7 +73,7 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
     return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_plan)
+@planned(_gather_plan)
 def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_count: int = 0, *,  # noqa: A002
            mode: Mode | None = None, fill_value=None, out_sharding: Sharding = None) -> Result:
     """BNNS gather along ``axis`` with ``batch_dimension_count`` leading batch dimensions.
@@ -88,7 +90,7 @@ def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_coun
     return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_along_axis_plan)
+@planned(_gather_along_axis_plan)
 def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noqa: A002
                       mode: Mode | None = None, fill_value=None,
                       out_sharding: Sharding = None) -> Result:
@@ -102,3 +104,6 @@ def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noq
     """
     return call(_gather_along_axis_plan(input, indices, axis), input, indices, INDEX_DTYPES, mode,
                 fill_value, out_sharding=out_sharding)
+
+
+__all__ = ["INDEX_DTYPES", "gather", "gather_along_axis", "gather_nd"]

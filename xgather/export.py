@@ -67,7 +67,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _dtypes, _grad, _jaxprivate, _modes
+from xgather import _apply, _dtypes, _frontend, _gather, _grad, _jaxprivate, _modes
 from xgather._errors import XGatherError, fail
 
 #: The opsets the tests export at.
@@ -84,7 +84,7 @@ _NODE_TYPES = ("Gather", "GatherND", "GatherElements")
 
 def clear_caches() -> None:
     """Drop xgather's cached jitted functions (and so the traces they hold)."""
-    _apply.clear_caches()
+    _frontend.clear_caches()
 
 
 def _spec_op(plan) -> str:
@@ -339,7 +339,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
             return _guarded(run, plan, data, indices, options, in_onnx_range)
     if node and op_type and mode == "promise_in_bounds" and _spec_op(plan).startswith("onnx."):
         return _node(op_type, run, plan, data, indices, mode, fill_value, options)
-    _apply.no_clamp_into_nothing(plan, mode, indices)
+    _gather.no_clamp_into_nothing(plan, mode, indices)
     if 0 in plan.bounds or not math.prod(plan.out_shape):
         # Nothing to index (every index is out of range, and the op fills), or nothing to
         # write: the result is known (jax2onnx's GatherND, where the plain form would go,
@@ -588,3 +588,6 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
 
 
 _MIN_OPSET = 13
+
+
+__all__ = ["TESTED", "TESTED_OPSETS", "clear_caches", "register_jax2onnx", "to_onnx"]

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from xgather import _apply, _dtypes, _plan
+from xgather import _dtypes, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
-from xgather._frontend import call, negatives, shapes
+from xgather._frontend import call, negatives, planned, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -55,7 +55,7 @@ def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_n
                            negatives(op, negative_indices, sh))
 
 
-@_apply.planned(_gather_plan)
+@planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool = True,
            lda_coeff: float = 1.0, name: str | None = None, specified_outputs_name=None,
            mode: Mode | None = None, fill_value=None, negative_indices: bool = True,
@@ -68,8 +68,12 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
       axis: in ``[-r, r-1]``.
       training: ``False`` sends a zero gradient to ``data``.
       lda_coeff: multiplies the gradient sent to ``data``.
-      name, specified_outputs_name: labels of the node and its output.
-      mode, fill_value, negative_indices, out_sharding: as for :func:`xgather.onnx.gather`.
+      name: the label of the node.
+      specified_outputs_name: the label of its output.
+      mode: as for :func:`xgather.onnx.gather`.
+      fill_value: as for :func:`xgather.onnx.gather`.
+      negative_indices: as for :func:`xgather.onnx.gather`.
+      out_sharding: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``data.shape[:axis] + (q...) + data.shape[axis+1:]``.
@@ -89,3 +93,6 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
         fail(plan.op, "lda_coeff must be a real number (known when tracing)", repr(lda_coeff))
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
                 grad=(bool(training), float(lda_coeff)), out_sharding=out_sharding)
+
+
+__all__ = ["INDEX_DTYPES", "gather"]

@@ -38,10 +38,10 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from xgather import _apply, _dtypes, _plan
+from xgather import _dtypes, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
-from xgather._frontend import call, int_attr, negatives, shapes, versioned
+from xgather._frontend import call, int_attr, negatives, planned, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_VERSIONS = (1, 7, 8)
@@ -108,7 +108,7 @@ def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **
                                negatives(op, negative_indices, sh), smaller_ok=False)
 
 
-@_apply.planned(_gather_plan)
+@planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
            mode: Mode | None = None, fill_value=None, negative_indices: bool = True,
            out_sharding: Sharding = None) -> Result:
@@ -123,8 +123,10 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
       version: 1, 7 or 8.
       negative_indices: ``False``: the range is ``[0, s-1]`` and no wrap is
         done (see :func:`xgather.onnx.gather`).
-      mode, fill_value, out_sharding: as for :func:`xgather.onnx.gather` (``mode=None``
-        is this spec's rule: zeros out of range).
+      mode: as for :func:`xgather.onnx.gather`; ``mode=None`` is this spec's rule:
+        zeros out of range.
+      fill_value: as for :func:`xgather.onnx.gather`.
+      out_sharding: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]``.
@@ -140,7 +142,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
                 out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_nd_plan)
+@planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, version: int = 8,
               mode: Mode | None = None, fill_value=None,
               negative_indices: bool = True, out_sharding: Sharding = None) -> Result:
@@ -151,8 +153,10 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
       indices: integer array of shape ``(b..., q..., k)``, ``k <= data.ndim - batch_dims``.
       batch_dims: ``0 <= batch_dims < min(data.ndim, indices.ndim)``.
       version: 5 (the output's batch dims folded into one) or 8 (kept).
-      negative_indices, mode, fill_value, out_sharding: as for :func:`gather`
-        (``mode=None``: an out-of-range index is an error).
+      negative_indices: as for :func:`gather`.
+      mode: as for :func:`gather`; ``mode=None``: an out-of-range index is an error.
+      fill_value: as for :func:`gather`.
+      out_sharding: as for :func:`gather`.
 
     Returns:
       Version 8: ``(b..., q..., d[k:]...)``; version 5: ``(prod(b), q..., d[k:]...)``.
@@ -166,7 +170,7 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
     return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_elements_plan)
+@planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
                     mode: Mode | None = None, fill_value=None,
                     negative_indices: bool = True, out_sharding: Sharding = None) -> Result:
@@ -339,3 +343,8 @@ def from_ir_layer(layer) -> IRLayer:
         fail(op, "a gather layer has one output port", f"{len(outs)} ports")
     return IRLayer(kind, versions[-1], opset, attrs, inputs,
                    _dims(op, outs[0]) if outs else None, layer.get("name"), layer.get("id"))
+
+
+__all__ = ["ELEMENTS_INDEX_DTYPES", "GATHER_ELEMENTS_VERSIONS", "GATHER_ND_VERSIONS",
+           "GATHER_VERSIONS", "INDEX_DTYPES", "IRLayer", "from_ir_layer", "gather",
+           "gather_elements", "gather_nd"]

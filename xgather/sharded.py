@@ -31,7 +31,8 @@ from jax.sharding import PartitionSpec as P
 from xgather import _apply, _dtypes, _grad, _modes, _plan
 from xgather._dtypes import ArrayLike
 from xgather._errors import XGatherTypeError, fail
-from xgather._frontend import settle, shapes
+from xgather._frontend import planned, settle, shapes
+from xgather._gather import NO_HINTS
 from xgather._modes import Mode
 
 
@@ -56,7 +57,7 @@ def _gather_plan(data, indices, mesh: Mesh, rows: str, batch: str | None = None,
     return _plan.take_plan(op, sh["data"], sh["indices"], 0, 0, True)
 
 
-@_apply.planned(_gather_plan)
+@planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: str | None = None,
            *, mode: Mode | None = None, fill_value=None) -> jax.Array:
     """ONNX Gather-13 along axis 0 of a row-sharded table, with no device holding it all.
@@ -71,7 +72,8 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
       rows: the mesh axis the rows of ``data`` are spread over.
       batch: the mesh axis ``indices`` are split over along their first
         dimension, or None (replicated). It may equal ``rows``.
-      mode, fill_value: as for :func:`xgather.onnx.gather` (default ``"error"``).
+      mode: as for :func:`xgather.onnx.gather` (default ``"error"``).
+      fill_value: as for :func:`xgather.onnx.gather`.
 
     Returns:
       Array of shape ``(q..., d...)``, sharded as ``P(batch)``.
@@ -145,8 +147,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
         # drops their gradient, so the sum over devices is the gather.
         j = jnp.where((j >= 0) & (j < local_rows), j, local_rows)
         local_plan = _plan.take_plan(plan.op, d.shape, j.shape, 0, 0, False)
-        part = _grad.gather(_apply.gather_prepared, local_plan, "fill", 0, _apply.NO_HINTS, None,
-                            d, j)
+        part = _grad.gather(local_plan, "fill", 0, NO_HINTS, None, d, j)
         if batch == rows:
             return _combine(part, lambda x: lax.psum_scatter(x, rows, scatter_dimension=0,
                                                              tiled=True))
@@ -185,3 +186,6 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
             return out
 
     return jax.jit(run)
+
+
+__all__ = ["gather"]

@@ -1,13 +1,13 @@
-"""ONNX models in: model opsets, ``NodeProto`` adapters and ``onnx.reference`` ops.
+"""ONNX models in: ``NodeProto`` adapters, ``onnx.reference`` ops and jaxonnxruntime handlers.
 
-* :func:`op_version` maps a model's opset_import to the version of an op in
-  force there, the way onnxruntime and onnx's schema table resolve it.
 * :func:`from_node` turns a ``Gather``, ``GatherND`` or ``GatherElements``
   node into a callable of its inputs, attributes bound.
 * :func:`reference_ops` gives ``OpRun`` classes that make
   ``onnx.reference.ReferenceEvaluator`` run those nodes through xgather.
+* :func:`register_jaxonnxruntime` makes jaxonnxruntime run them through xgather.
 
-The ``onnx`` package is needed only by the last two, and imported when they run.
+The op versions in force come from :mod:`xgather.onnx._ops` (:func:`op_version`).
+The ``onnx`` package (and jaxonnxruntime for the last) is needed only when they run.
 """
 
 from __future__ import annotations
@@ -19,55 +19,14 @@ import numpy as np
 
 from xgather._errors import XGatherError, choice, fail
 from xgather._modes import MODES
-
-#: The versions of each served op: the opsets in which its definition changed.
-VERSIONS: Mapping[str, tuple[int, ...]] = {
-    "Gather": (1, 11, 13),
-    "GatherND": (11, 12, 13),
-    "GatherElements": (11, 13),
-}
-
-#: Each op's attributes, their ONNX defaults, and the op version they appear in.
-ATTRIBUTES: Mapping[str, Mapping[str, tuple[int, int]]] = {
-    "Gather": {"axis": (0, 1)},
-    "GatherND": {"batch_dims": (0, 12)},
-    "GatherElements": {"axis": (0, 11)},
-}
+from xgather.onnx import _ops
+from xgather.onnx._ops import ATTRIBUTES, VERSIONS, op_version, resolve
 
 #: The keyword options of the xgather ops that :func:`from_node` passes through.
 OPTIONS = ("mode", "fill_value", "indices_are_sorted", "unique_indices", "negative_indices")
 
 _DOMAINS = ("", "ai.onnx")
 _FUNCTIONS = {"Gather": "gather", "GatherND": "gather_nd", "GatherElements": "gather_elements"}
-
-
-def op_version(op_type: str, opset: int) -> int:
-    """The version of ``op_type`` in force in a model whose opset_import is ``opset``.
-
-    The newest version not above ``opset``, as onnxruntime resolves it (and as
-    ``onnx.defs.get_schema(op_type, opset).since_version`` says): Gather 1, 11,
-    13; GatherND 11, 12, 13; GatherElements 11, 13. An opset before the op
-    existed is an error. Opsets above the newest version take the newest: no
-    opset up to 26 changed these ops.
-
-    >>> op_version("Gather", 21), op_version("GatherND", 12), op_version("GatherElements", 12)
-    (13, 12, 11)
-    """
-    if op_type not in VERSIONS:
-        fail("xgather.onnx", f"op_type must be one of {', '.join(VERSIONS)}", repr(op_type))
-    op = f"onnx.{op_type}"
-    if isinstance(opset, bool) or not isinstance(opset, int | np.integer):
-        fail(op, "opset must be an int (the model's opset_import version)", repr(opset))
-    versions = VERSIONS[op_type]
-    if opset < versions[0]:
-        fail(op, f"{op_type} exists from opset {versions[0]} on", f"opset={opset}")
-    return max(v for v in versions if v <= opset)
-
-
-def resolve(op_type: str, opset: int) -> tuple[str, int]:
-    """``("onnx.Gather-13", 13)`` for a model opset: the op's label and its version."""
-    version = op_version(op_type, opset)
-    return f"onnx.{op_type}-{version}", version
 
 
 def check_attributes(op_type: str, opset: int, names) -> None:
@@ -108,10 +67,8 @@ def _attribute_value(op: str, attr):
 
 
 def _op(op_type: str) -> Callable:
-    """The xgather op, looked up at call time (so a patched ``xgather.onnx`` is seen)."""
-    from xgather import onnx  # noqa: PLC0415  (xgather.onnx imports this module)
-
-    return getattr(onnx, _FUNCTIONS[op_type])
+    """The xgather op, looked up at call time (so a patched :mod:`xgather.onnx._ops` is seen)."""
+    return getattr(_ops, _FUNCTIONS[op_type])
 
 
 def from_node(node, opset: int = 13, **options) -> Callable:
@@ -241,5 +198,58 @@ def reference_ops(**options) -> list[type]:
             for op_type in VERSIONS]
 
 
-__all__ = ["XGatherError", "check_attributes", "from_node", "op_version", "reference_ops",
-           "resolve"]
+# jaxonnxruntime 0.3 picks, for each op type, the last direct subclass of its ``Handler``
+# that declares it (``Handler.__subclasses__()``, in creation order) and calls its
+# ``version_<since>`` method, ``<since>`` being the op version in force at the model's
+# opset. ``__subclasses__()`` holds weak references, so the classes made here are kept in
+# :data:`HANDLERS`.
+
+# ONNX op type -> (xgather.onnx op, its attribute)
+_JOR_OPS = {"Gather": ("gather", "axis"), "GatherND": ("gather_nd", "batch_dims"),
+            "GatherElements": ("gather_elements", "axis")}
+
+#: The handler classes, once :func:`register_jaxonnxruntime` has run (strong references).
+HANDLERS: dict[str, type] = {}
+
+
+def _handler(handler_base, register_op, op_type: str) -> type:
+    name, attr = _JOR_OPS[op_type]
+    fn, versions = getattr(_ops, name), VERSIONS[op_type]
+
+    def version(opset, cls, node, inputs):
+        node.attrs_dict[attr] = node.attrs.get(attr, 0)
+        return functools.partial(fn, opset=opset)
+
+    namespace: dict[str, object] = {f"version_{v}": classmethod(functools.partial(version, v))
+                                    for v in versions}
+    namespace["__doc__"] = f"ONNX {op_type} through xgather.onnx.{fn.__name__}."
+    return register_op(op_type)(type(f"XGather{op_type}", (handler_base,), namespace))
+
+
+def register_jaxonnxruntime() -> dict[str, type]:
+    """Make jaxonnxruntime run every Gather, GatherND and GatherElements node through xgather.
+
+    Covers Gather 1/11/13, GatherND 11/12/13 and GatherElements 11/13 (the version
+    in force at the model's opset). Out-of-range indices follow xgather's mode:
+    eagerly an :class:`~xgather.OutOfBoundsError`; under ``jax.jit`` wrap the
+    model function with :func:`xgather.checked`, or set a mode with
+    :func:`xgather.default_mode`. Idempotent.
+
+    Returns:
+      The handler classes by ONNX op type.
+
+    Raises:
+      ImportError: jaxonnxruntime is not installed (``pip install 'xgather[jaxonnxruntime]'``).
+    """
+    if not HANDLERS:
+        try:
+            from jaxonnxruntime.core import handler
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError("register_jaxonnxruntime needs jaxonnxruntime: "
+                              "pip install 'xgather[jaxonnxruntime]'") from err
+        # jaxonnxruntime's own handlers must exist first, so that ours come later.
+        import jaxonnxruntime.onnx_ops  # noqa: F401
+
+        for op_type in _JOR_OPS:
+            HANDLERS[op_type] = _handler(handler.Handler, handler.register_op, op_type)
+    return dict(HANDLERS)

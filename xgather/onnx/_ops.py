@@ -16,24 +16,66 @@ Out-of-range indices are an error in every ONNX op, so ``mode=None`` is
 ``opset=`` is the model's opset_import, as in an ONNX file (17, 21, ...): the op
 version in force there is used, as onnxruntime does (:func:`op_version`), and
 ``xgather.explain`` shows both (``onnx.Gather-13 (model opset 21)``).
-:func:`from_node` and :func:`reference_ops` bring whole nodes and models in.
+The model adapters (:mod:`xgather.onnx._models`) bring whole nodes and models in.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 
-from xgather import _apply, _dtypes, _plan
+import numpy as np
+
+from xgather import _dtypes, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
-from xgather._frontend import call, int_attr, negatives, shapes
-from xgather._jaxonnxruntime import register_jaxonnxruntime  # noqa: F401 (re-exported)
+from xgather._frontend import call, int_attr, negatives, planned, shapes
 from xgather._modes import Mode
-from xgather._onnx_nodes import VERSIONS, resolve
-from xgather._onnx_nodes import from_node as from_node
-from xgather._onnx_nodes import op_version as op_version
-from xgather._onnx_nodes import reference_ops as reference_ops
+
+#: The versions of each served op: the opsets in which its definition changed.
+VERSIONS: Mapping[str, tuple[int, ...]] = {
+    "Gather": (1, 11, 13),
+    "GatherND": (11, 12, 13),
+    "GatherElements": (11, 13),
+}
+
+#: Each op's attributes, their ONNX defaults, and the op version they appear in.
+ATTRIBUTES: Mapping[str, Mapping[str, tuple[int, int]]] = {
+    "Gather": {"axis": (0, 1)},
+    "GatherND": {"batch_dims": (0, 12)},
+    "GatherElements": {"axis": (0, 11)},
+}
+
+
+def op_version(op_type: str, opset: int) -> int:
+    """The version of ``op_type`` in force in a model whose opset_import is ``opset``.
+
+    The newest version not above ``opset``, as onnxruntime resolves it (and as
+    ``onnx.defs.get_schema(op_type, opset).since_version`` says): Gather 1, 11,
+    13; GatherND 11, 12, 13; GatherElements 11, 13. An opset before the op
+    existed is an error. Opsets above the newest version take the newest: no
+    opset up to 26 changed these ops.
+
+    >>> op_version("Gather", 21), op_version("GatherND", 12), op_version("GatherElements", 12)
+    (13, 12, 11)
+    """
+    if op_type not in VERSIONS:
+        fail("xgather.onnx", f"op_type must be one of {', '.join(VERSIONS)}", repr(op_type))
+    op = f"onnx.{op_type}"
+    if isinstance(opset, bool) or not isinstance(opset, int | np.integer):
+        fail(op, "opset must be an int (the model's opset_import version)", repr(opset))
+    versions = VERSIONS[op_type]
+    if opset < versions[0]:
+        fail(op, f"{op_type} exists from opset {versions[0]} on", f"opset={opset}")
+    return max(v for v in versions if v <= opset)
+
+
+def resolve(op_type: str, opset: int) -> tuple[str, int]:
+    """``("onnx.Gather-13", 13)`` for a model opset: the op's label and its version."""
+    version = op_version(op_type, opset)
+    return f"onnx.{op_type}-{version}", version
+
 
 #: The op versions (the opsets in which each op changed); ``opset=`` takes any model opset.
 GATHER_OPSETS = VERSIONS["Gather"]
@@ -97,7 +139,7 @@ def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, uniq
                 indices_are_sorted=sorted_, unique_indices=unique, out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_plan)
+@planned(_gather_plan)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
            mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
            unique_indices: bool = False, negative_indices: bool = True,
@@ -114,8 +156,10 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
       mode: out-of-range handling (see :mod:`xgather._modes`); ``None`` is the
         spec's rule, an error.
       fill_value: the value of out-of-range slots with ``mode="fill"`` (0).
-      indices_are_sorted, unique_indices: promises about the wrapped positions,
-        passed to ``lax.gather`` (and so to the gradient's scatter).
+      indices_are_sorted: a promise that the wrapped positions are sorted, passed to
+        ``lax.gather`` (and so to the gradient's scatter).
+      unique_indices: a promise that the wrapped positions are distinct, passed to
+        ``lax.gather`` (and so to the gradient's scatter).
       negative_indices: ``False`` narrows the valid range to ``[0, s-1]``: no
         negative-index wrap (a pass over the indices saved), and a negative index
         is out of range (an error, clamped to 0, or filled, as ``mode`` says).
@@ -139,7 +183,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
                  negative=negative_indices, out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_nd_plan)
+@planned(_gather_nd_plan)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset: int = 13,
               mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
               unique_indices: bool = False, negative_indices: bool = True,
@@ -153,8 +197,12 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
       batch_dims: ``0 <= batch_dims < min(r, indices.ndim)``; opset 12 and later.
       opset: the model's opset_import, from 11 on (GatherND-11 at 11, -12 at 12,
         -13 from 13).
-      mode, fill_value, indices_are_sorted, unique_indices, negative_indices,
-        out_sharding: as for :func:`gather`.
+      mode: as for :func:`gather`.
+      fill_value: as for :func:`gather`.
+      indices_are_sorted: as for :func:`gather`.
+      unique_indices: as for :func:`gather`.
+      negative_indices: as for :func:`gather`.
+      out_sharding: as for :func:`gather`.
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)`` with ``data``'s dtype.
@@ -168,7 +216,7 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
                  negative=negative_indices, out_sharding=out_sharding)
 
 
-@_apply.planned(_gather_elements_plan)
+@planned(_gather_elements_plan)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
                     mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
                     unique_indices: bool = False, negative_indices: bool = True,
@@ -182,8 +230,12 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
       axis: in ``[-r, r-1]``.
       opset: the model's opset_import, from 11 on (GatherElements-11 at 11-12,
         -13 from 13).
-      mode, fill_value, indices_are_sorted, unique_indices, negative_indices,
-        out_sharding: as for :func:`gather`.
+      mode: as for :func:`gather`.
+      fill_value: as for :func:`gather`.
+      indices_are_sorted: as for :func:`gather`.
+      unique_indices: as for :func:`gather`.
+      negative_indices: as for :func:`gather`.
+      out_sharding: as for :func:`gather`.
 
     Returns:
       Array of ``indices``' shape with ``data``'s dtype.

@@ -1,0 +1,116 @@
+"""The README and the docs: every code example runs (and says what it shows), the README
+keeps its first screen and its size, and the docs name every public name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+PAGES = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+SOURCES = {"README.md": README, **{f"docs/{k}": v for k, v in PAGES.items()}}
+#: (source, index, code) of every ```python block of the README and the docs.
+EXAMPLES = [(name, k, code) for name, text in SOURCES.items()
+            for k, code in enumerate(re.findall(r"```python\n(.*?)```", text, re.S))]
+BLOCKS = [code for _, _, code in EXAMPLES]
+#: What a block needs beyond the test extras' core (skipped, with the reason, where absent).
+OPTIONAL = {"xgather.export": "jax2onnx", "register_jaxonnxruntime": "jaxonnxruntime"}
+
+
+def _block(needle: str) -> str:
+    return next(b for b in BLOCKS if needle in b)
+
+
+@pytest.mark.parametrize(("source", "k", "code"), EXAMPLES,
+                         ids=[f"{s}[{k}]" for s, k, _ in EXAMPLES])
+def test_every_example_runs(source, k, code):
+    for needle, module in OPTIONAL.items():
+        if needle in code:
+            pytest.importorskip(module, reason=f"{source}'s example {k} needs {module}")
+    exec(compile(code, f"{source}[{k}]", "exec"), {})
+
+
+def test_the_examples_are_found():
+    assert len(EXAMPLES) >= 7, [(s, k) for s, k, _ in EXAMPLES]
+
+
+def test_first_example_runs():
+    ns: dict = {}
+    exec(compile(BLOCKS[0], "README-example", "exec"), ns)
+    np.testing.assert_array_equal(ns["f"](ns["data"], np.array([3, -4])), ns["data"][:, [3, 0]])
+
+
+def test_gradient_example_runs_and_matches_its_comments():
+    ns: dict = {}
+    lines = _block("lda_coeff=-2.0").splitlines()
+    want = {0: [4.0, 0.0, 2.0], 1: [0.0, 0.0, -2.0], 2: [0.0, 2.0, 0.0]}
+    k = 0
+    for line in lines:
+        exec(line, ns)
+        if line.startswith("g = "):
+            np.testing.assert_array_equal(ns["g"], want[k])
+            k += 1
+    assert k == 3
+
+
+def test_first_screen_has_the_two_commands():
+    head = README.split("\n## ")[0]
+    assert ".venv/bin/xgather-bench" in head and "-m pytest" in head
+
+
+def test_readme_is_short_and_speaks_of_the_project_only():
+    assert len(README.encode()) <= 12 * 1024
+    for name, text in SOURCES.items():
+        found = re.findall(r"\b(?:issue|ticket|task) ?#?\d+", text, re.I)
+        assert not found, (name, found)
+
+
+def test_readme_links_every_guide():
+    linked = set(re.findall(r"\]\(docs/([a-z]+\.md)\)", README))
+    assert linked == set(PAGES), set(PAGES) ^ linked
+
+
+def test_every_public_name_is_in_the_api_reference():
+    import xgather
+    import xgather.export
+    api = PAGES["api.md"]
+    documented = set(re.findall(r"^::: ([\w.]+)$", api, re.M))
+    for module in (xgather.onnx, xgather.openvino, xgather.bnns, xgather.labview,
+                   xgather.sharded, xgather.export):
+        assert module.__name__ in documented, module.__name__
+        assert module.__all__, module.__name__
+    modules = {"bnns", "labview", "onnx", "openvino", "sharded", "export"}
+    for name in set(xgather.__all__) - modules:
+        assert f"xgather.{name}" in documented, name
+
+
+def test_many_devices_example_runs():
+    ns: dict = {}
+    exec(compile(_block("xgather.sharded.gather"), "docs-many-devices", "exec"), ns)
+    assert ns["rows"].shape == (1024, 256)
+    np.testing.assert_array_equal(np.asarray(ns["same"]), np.asarray(ns["rows"]))
+    assert ns["same"].sharding.is_equivalent_to(ns["table"].sharding, 2)
+
+
+def test_onnx_models_example_runs():
+    ns: dict = {}
+    exec(compile(_block("from_node"), "docs-onnx-models", "exec"), ns)
+    data = ns["np"].arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(ns["f"](data, np.array([-1, 0])), [[2.0, 0.0], [5.0, 3.0]])
+    np.testing.assert_array_equal(ns["out"], np.ones((2, 2), np.float32))
+    assert ns["out"].dtype == np.float32
+
+
+def test_xgather_export_is_an_attribute_without_an_import():
+    import subprocess
+    import sys
+    code = ("import sys, xgather; assert 'xgather.export' not in sys.modules; "
+            "print(xgather.export.to_onnx.__module__, 'jax2onnx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["xgather.export", "False"]
