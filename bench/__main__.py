@@ -225,13 +225,16 @@ def run(args) -> dict:
         def rounds_note(what, prefix=prefix):
             return lambda r: progress.note(f"{prefix}{what} {r}/{args.repeats}")
 
-        samples = stats.interleaved(fns, args.repeats, reps, on_round=rounds_note("round"))
+        # Each system in a block of its own: its figure does not depend on which other
+        # systems share the run (their threads and allocations between two samples of a
+        # round slowed the checked program most; see docs/benchmark.md).
+        samples = stats.blocked(fns, args.repeats, reps, on_system=lambda n, total, p=prefix:
+                                progress.note(f"{p}system {n}/{total}"))
         pair = (rec.DEFAULT, rec.PROMISE)
         check_samples = {}
-        if set(pair) <= set(fns) and len(set(fns) - {*pair, "lax"}) > 0:
-            # With peers in the run, the check cost comes from rounds of the pair alone:
-            # what other systems leave behind between the pair's two samples of a round
-            # (spinning threads, freed memory) does not cancel in their ratio.
+        if set(pair) <= set(fns):
+            # The check cost: the pair alone, in interleaved rounds, so that noise that
+            # hits a round hits both and cancels in the per-round ratio.
             check_samples = stats.interleaved({k: fns[k] for k in pair}, args.repeats, reps,
                                               on_round=rounds_note("check-cost round"))
         medians = {k: stats.median(v) for k, v in samples.items()}
@@ -242,8 +245,10 @@ def run(args) -> dict:
             gbps = w.moved_bytes(size, 4 if jax32 else 8) / medians[name] / 1e9
             r_roof = device_roof if name.startswith(on_device) else host_roof
             results.append({"workload": key, "title": w.title, "system": name,
+                            "step": w.step,
                             "samples_s": samples[name], "median_s": medians[name],
-                            "spread": stats.spread(samples[name]), "gbps": gbps,
+                            "spread": stats.spread(samples[name]),
+                            "p90_s": stats.p90(samples[name]), "gbps": gbps,
                             "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
                             "first_call_s": first[name], "reps": reps[name],
                             "allocator": args.allocator,
@@ -265,6 +270,8 @@ def run(args) -> dict:
         "allocator": alloc.allocator_settings(),
         "x64": bool(jax.config.jax_enable_x64),
         "first_call": "after one call of each JAX system at other shapes, and gc.collect()",
+        "samples": "each system in a block of its own, after one untimed sample; the check "
+                   "cost from interleaved rounds of the default and promise alone",
         "workloads": shapes,
         "results": results,
         "check_cost": rec.check_costs(results),

@@ -25,7 +25,8 @@ SCHEMA = "xgather-bench-eager/1"
 
 ROWS, WIDTH, LOOKUPS = 100, 16, 10  # W8's shapes
 BASELINE = "jnp.take"
-LIMITS = {"promise_in_bounds": 1.5, "default": 2.0}  # the project's eager-call targets, over BASELINE
+# The eager-call targets, over BASELINE.
+LIMITS = {"promise_in_bounds": 1.5, "default": 2.0}
 
 
 def ops():

@@ -62,6 +62,8 @@ def check_costs(results: list[dict]) -> list[dict]:
     with other systems in the run, whose threads and allocations between the two
     samples of a round add noise that does not cancel), those samples are used,
     and ``rounds_of`` says so (``"the pair alone"``, else ``"every system"``).
+    ``context``: ``"model step"`` where the gather runs inside a step (``M1``-``M4``),
+    the cost a model pays; ``"op alone"`` for a gather timed back to back with itself.
     """
     by = {(r["workload"], r["system"]): r for r in results}
     out = []
@@ -79,6 +81,7 @@ def check_costs(results: list[dict]) -> list[dict]:
                     "spread": stats.paired_spread(r[key], b[key]),
                     "rounds": len(r[key]),
                     "rounds_of": "the pair alone" if alone else "every system",
+                    "context": "model step" if r.get("step") else "op alone",
                     "first_call_ratio": r["first_call_s"] / b["first_call_s"]})
     return out
 
@@ -118,17 +121,19 @@ def table(record: dict) -> str:
     lines = [f"device: {record['device']['kind']} ({record['device']['platform']}), "
              f"{record['device']['cores']} cores, size={record['size']}, roof: "
              + ", ".join(f"{k} {v:.1f} GB/s" for k, v in record["roof"].items()),
-             f"{'workload':<34} {'system':<{sw}} {'median ms':>9} {'spread':>7} {'GB/s':>7} "
-             f"{'%roof':>6} {'/best':>6} {'1st ms':>8}"]
+             f"{'workload':<34} {'system':<{sw}} {'median ms':>9} {'p90 ms':>9} {'spread':>7} "
+             f"{'GB/s':>7} {'%roof':>6} {'/best':>6} {'1st ms':>8}"]
     last = None
     for r in record["results"]:
         name = f"{r['workload']} {r['title']}" if r["workload"] != last else ""
         last = r["workload"]
-        lines.append(f"{name:<34} {r['system']:<{sw}} {_ms(r['median_s'])} "
+        p90 = _ms(r["p90_s"]) if "p90_s" in r else f"{'-':>9}"
+        lines.append(f"{name:<34} {r['system']:<{sw}} {_ms(r['median_s'])} {p90} "
                      f"{100 * r['spread']:6.1f}% {r['gbps']:7.1f} {r['pct_roof']:6.1f} "
                      f"{r['ratio_to_best']:6.2f} {r['first_call_s'] * 1e3:8.1f}")
-    lines.append("spread: interquartile range / median; GB/s: the bytes a gather must move "
-                 "(int32 indices where JAX runs without x64) / median; %roof: of the fastest "
+    lines.append("p90: the 90th percentile of the samples; spread: interquartile range / "
+                 "median; GB/s: the bytes a gather must move (a model step: its gather's; "
+                 "int32 indices where JAX runs without x64) / median; %roof: of the fastest "
                  "copy above; /best: median / the fastest system's; 1st: the first call (JAX: "
                  "trace, compile and run; peers: their first run, after an untimed build)")
     costs = record_check_costs(record)
@@ -138,12 +143,13 @@ def table(record: dict) -> str:
                   "per-round ratios" + (" (rounds of the pair alone)" if alone else "")
                   + "; first call: trace, compile and run",
                   f"{'workload':<34} {'system':<{sw}} {'default/promise':>15} {'spread':>7} "
-                  f"{'first call':>10}"]
+                  f"{'first call':>10}  context"]
         titles = {r["workload"]: r["title"] for r in record["results"]}
         for c in costs:
             name = f"{c['workload']} {titles.get(c['workload'], '')}"
             lines.append(f"{name:<34} {c['system']:<{sw}} {c['ratio']:15.2f} "
-                         f"{100 * c['spread']:6.1f}% {c['first_call_ratio']:10.2f}")
+                         f"{100 * c['spread']:6.1f}% {c['first_call_ratio']:10.2f}  "
+                         f"{c.get('context', 'op alone')}")
     return "\n".join(lines)
 
 
@@ -244,7 +250,8 @@ def figure(record: dict):
     ax.legend(fontsize=7, ncol=2)
     if costs:
         ax = axes[1]
-        names = [f"{c['workload']} {c['system'][len(DEFAULT):]}".strip() for c in costs]
+        names = [f"{c['workload']} {c['system'][len(DEFAULT):]}".strip()
+                 + (" (step)" if c.get("context") == "model step" else "") for c in costs]
         xs = range(len(costs))
         ax.bar([x - 0.2 for x in xs], [c["ratio"] for c in costs], 0.4,
                label="steady state (median of per-round ratios)")

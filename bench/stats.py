@@ -21,6 +21,13 @@ def spread(xs) -> float:
     return (q[2] - q[0]) / m if m else 0.0
 
 
+def p90(xs) -> float:
+    """The 90th percentile (inclusive): where a median hides a slow mode, this shows it."""
+    if len(xs) < 2:
+        return xs[0]
+    return statistics.quantiles(xs, n=10, method="inclusive")[8]
+
+
 def time_batch(fn: Callable[[], object], reps: int) -> float:
     """Seconds per call over ``reps`` back-to-back calls (``fn`` must block until done)."""
     t0 = time.perf_counter()
@@ -72,6 +79,27 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[st
         if on_round:
             on_round(r + 1)
     return samples
+
+
+def blocked(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str, int],
+            on_system=None) -> dict[str, list[float]]:
+    """Each system's ``rounds`` samples in a block of its own, after one untimed sample.
+
+    No other system runs inside a block, so a system's figure does not depend on
+    which others share the run: their threads spinning down, their freed memory
+    and their cache footprint land in the untimed sample. The order of the blocks
+    is shuffled (seeded). Ratios between systems are then ratios of medians, not
+    paired per round; pairs that need the latter are timed by :func:`interleaved`.
+    """
+    samples: dict[str, list[float]] = {}
+    names = list(fns)
+    random.Random(0).shuffle(names)
+    for n, name in enumerate(names, 1):
+        time_batch(fns[name], reps[name])
+        samples[name] = [time_batch(fns[name], reps[name]) for _ in range(rounds)]
+        if on_system:
+            on_system(n, len(names))
+    return {k: samples[k] for k in fns}
 
 
 def paired_ratio(a, b) -> float:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import steps
+
 Runner = Callable[[], object]
 
 
@@ -64,21 +66,25 @@ def xgather_op(w):
 
 
 def _xgather_fn(w, mode, **kw):
-    """The workload's op; ``kw`` (e.g. ``negative_indices``) passed to it."""
+    """The workload's op; ``kw`` (e.g. ``negative_indices``) passed to it. A model step:
+    ``f(d, i, weights)``, the step around the op (:func:`bench.steps.jax_step`)."""
     import jax
     op, attrs, options = xgather_op(w)
 
     def f(d, i):
         return op(d, i, *attrs, mode=mode, **options, **kw)
+    if w.step is not None:
+        return steps.jax_step(w, f)
     if w.op != "grad":
         return f
     return lambda d, i: jax.grad(lambda x: (f(x, i) ** 2).sum())(d)
 
 
-def xgather_runner(w, d, i, mode=None, grad_scatter=None, **kw) -> Runner:
+def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
-    ``d``, ``i``: device arrays from :func:`jax_inputs`. ``grad_scatter``: the
+    ``d``, ``i``: device arrays from :func:`jax_inputs`; ``extra``: a model step's
+    weights, on the same device. ``grad_scatter``: the
     gradient's scatter-add form (:func:`xgather.grad_scatter`), set around every call
     (it is part of the trace context, so of the jit cache's key).
     """
@@ -89,11 +95,11 @@ def xgather_runner(w, d, i, mode=None, grad_scatter=None, **kw) -> Runner:
     if (mode or "error") == "error" and w.op != "openvino.gather7":
         f = xgather.checked(f)
     if grad_scatter is None:
-        return lambda: jax.block_until_ready(f(d, i))
+        return lambda: jax.block_until_ready(f(d, i, *extra))
 
     def run():
         with xgather.grad_scatter(grad_scatter):
-            return jax.block_until_ready(f(d, i))
+            return jax.block_until_ready(f(d, i, *extra))
     return run
 
 
@@ -135,16 +141,18 @@ def lax_fn(w):
             dn = GDN(offset_dims=(), collapsed_slice_dims=(w.axis,), start_index_map=(w.axis,),
                      operand_batching_dims=others, start_indices_batching_dims=others)
             return lax.gather(d, i[..., None], dn, (1,) * d.ndim, mode=PIB)
+    if w.step is not None:
+        return steps.jax_step(w, f)
     if w.op == "grad":
         return jax.grad(lambda d, i: (f(d, i) ** 2).sum())
     return f
 
 
-def lax_runner(w, d, i) -> Runner:
+def lax_runner(w, d, i, extra=()) -> Runner:
     """The hand-written ``lax.gather`` on the same device arrays as xgather."""
     import jax
     f = jax.jit(lax_fn(w))
-    return lambda: jax.block_until_ready(f(d, i))
+    return lambda: jax.block_until_ready(f(d, i, *extra))
 
 
 # -- Peers ------------------------------------------------------------------------------------
@@ -221,6 +229,8 @@ def openvino_runner(w, data, idx, threads: int) -> Runner | None:
 def torch_runner(w, data, idx, threads: int) -> Runner:
     import torch
     d, i = _torch_tensor(data, "cpu"), torch.from_numpy(idx)
+    if w.step is not None:
+        return _torch_step_runner(w, d, i, data, threads)
 
     def with_threads(fn):
         def run():
@@ -250,6 +260,35 @@ def torch_runner(w, data, idx, threads: int) -> Runner:
         (torch.index_select(leaf, 0, i) ** 2).sum().backward()
         return leaf.grad
     return grad
+
+
+def _torch_step_runner(w, d, i, data, threads: int) -> Runner:
+    """A model step in torch (:func:`bench.steps.torch_step`) around torch's gather."""
+    import torch
+
+    if w.op == "onnx.gather":
+        def gather(x, j):
+            return torch.index_select(x, w.axis % x.ndim, j)
+    elif w.op == "onnx.gather_elements":
+        def gather(x, j):
+            return torch.gather(x, w.axis, j)
+    else:  # GatherND with batch_dims=1 and one index component
+        rows = torch.arange(d.shape[0])[:, None]
+
+        def gather(x, j):
+            return x[rows, j[..., 0]]
+    grad = w.step == "dense_grad"
+    d = d.clone().requires_grad_(grad)
+    wt = torch.from_numpy(steps.weights(w, data)).requires_grad_(grad)
+    step = steps.torch_step(w, gather)
+
+    def run():
+        torch.set_num_threads(threads)
+        if grad:
+            return step(d, i, wt)
+        with torch.no_grad():
+            return step(d, i, wt)
+    return run
 
 
 # -- Peers on the same GPU --------------------------------------------------------------------
@@ -392,6 +431,8 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
     def want_host(name):  # a peer on the host: on a GPU only where named
         return want(name) and not (on_gpu and (systems is None or name not in systems))
 
+    if w.step is not None:  # a model step: the JAX systems and torch on the host
+        return _build_step(w, data, idx, device, peers, want, want_host, threads)
     if want("xgather") or want("lax"):
         d, i = jax_inputs(data, idx, device)
     if want("xgather"):
@@ -423,4 +464,24 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
         if peers.get("cupy") and want("cupy"):
             made["cupy"] = cupy_runner(w, data, idx)
         out.update({k: r for k, r in made.items() if r is not None})
+    return out
+
+
+def _build_step(w, data, idx, device, peers, want, want_host, threads) -> dict[str, Runner]:
+    """A model step's systems: xgather's default and promise, ``lax`` and torch."""
+    import jax
+
+    out: dict[str, Runner] = {}
+    if want("xgather") or want("lax"):
+        d, i = jax_inputs(data, idx, device)
+        extra = (jax.device_put(steps.weights(w, data), device),)
+    if want("xgather"):
+        out["xgather"] = xgather_runner(w, d, i, extra=extra)
+        out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
+                                                 negative_indices=False)
+    if want("lax"):
+        out["lax"] = lax_runner(w, d, i, extra)
+    if peers.get("torch") and want_host("torch"):
+        for t in threads:
+            out[f"torch {t}t"] = torch_runner(w, data, idx, t)
     return out

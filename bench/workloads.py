@@ -1,4 +1,5 @@
-"""The workload table: W1-W10 and W9's variants, each at several sizes.
+"""The workload table: W1-W10 and W9's variants, and the model steps M1-M4, each at
+several sizes.
 
 Sizes: ``quick``, ``default`` and ``large`` for a CPU; ``gpu`` for a GPU (tables of
 1 GiB or more, and outputs of millions of elements, enough to fill an H100's 132
@@ -25,7 +26,9 @@ class Workload:
     data's (``float32`` or ``bfloat16``); ``indices`` how they are drawn:
     ``uniform`` over the axis, ``repeated`` from :data:`HOT_ROWS` rows (a
     scatter-add then adds many values into each row), or ``unique`` (no row
-    twice). ``cpu_default``: part of a plain run on a CPU.
+    twice). ``cpu_default``: part of a plain run on a CPU. ``step``: for a model
+    step, the computation around the gather (:mod:`bench.steps`); None for a gather
+    alone.
     """
 
     key: str
@@ -37,6 +40,7 @@ class Workload:
     dtype: str = "float32"
     indices: str = "uniform"
     cpu_default: bool = True
+    step: str | None = None
 
     def shapes(self, size: str):
         return self.sizes[size]
@@ -88,7 +92,8 @@ class Workload:
     def moved_bytes(self, size: str, index_bytes: int = 8) -> int:
         """Bytes a gather must move: the output read and written once, the indices read
         (``index_bytes`` each: 4 where JAX runs without x64). The gradient: that twice
-        (the cotangent's rows read and added back), and the dense gradient written once."""
+        (the cotangent's rows read and added back), and the dense gradient written once.
+        A model step: its gather's bytes (the step moves more, and computes)."""
         dshape, ishape = self.shapes(size)
         item = self.np_dtype().itemsize
         moved = 2 * self.output_elements(size) * item + int(np.prod(ishape)) * index_bytes
@@ -105,6 +110,11 @@ def _w(key, title, op, quick, default, large, gpu, tiny, **kw):
 _EMB_GPU = ((1 << 21, 128), (1 << 18,))  # 2M rows x 128 f32: 1 GiB; 256K lookups
 _GRAD = (((6250, 512), (1024,)), ((50000, 512), (8192,)), ((100000, 512), (16384,)))
 _GRAD_BF16_GPU = ((1 << 22, 128), (1 << 18,))  # 1 GiB in bf16
+_ELEMENTS = (((256, 1024), (256, 1024)), ((1024, 1024), (1024, 1024)),
+             ((2048, 2048), (2048, 2048)), ((8192, 32768), (8192, 8192)), ((6, 9), (6, 9)))
+_ND_BATCH = (((8, 2048, 256), (8, 512, 1)), ((64, 2048, 256), (64, 512, 1)),
+             ((128, 2048, 256), (128, 512, 1)), ((128, 16384, 128), (128, 4096, 1)),
+             ((3, 9, 4), (3, 5, 1)))
 
 WORKLOADS = {w.key: w for w in [
     _w("W1", "embedding lookup", "onnx.gather",
@@ -122,10 +132,7 @@ WORKLOADS = {w.key: w for w in [
     _w("W5", "GatherND rows", "onnx.gather_nd",
        ((256, 256, 128), (2048, 2)), ((256, 256, 128), (16384, 2)),
        ((256, 256, 128), (32768, 2)), ((2048, 1024, 128), (1 << 18, 2)), ((4, 5, 3), (6, 2))),
-    _w("W6", "GatherND batch_dims=1", "onnx.gather_nd",
-       ((8, 2048, 256), (8, 512, 1)), ((64, 2048, 256), (64, 512, 1)),
-       ((128, 2048, 256), (128, 512, 1)), ((128, 16384, 128), (128, 4096, 1)),
-       ((3, 9, 4), (3, 5, 1)), batch_dims=1),
+    _w("W6", "GatherND batch_dims=1", "onnx.gather_nd", *_ND_BATCH, batch_dims=1),
     _w("W7", "OpenVINO Gather-7 batch_dims=1", "openvino.gather7",
        ((8, 4096, 128), (8, 1024)), ((64, 4096, 128), (64, 1024)),
        ((128, 4096, 128), (128, 1024)), ((128, 16384, 128), (128, 4096)),
@@ -133,9 +140,17 @@ WORKLOADS = {w.key: w for w in [
     _w("W8", "tiny", "onnx.gather", ((100, 16), (10,)), ((100, 16), (10,)), ((100, 16), (10,)),
        ((100, 16), (10,)), ((100, 16), (10,))),
     _w("W9", "gradient of sum(gather ** 2)", "grad", *_GRAD, _EMB_GPU, ((50, 8), (13,))),
-    _w("W10", "GatherElements", "onnx.gather_elements",
-       ((256, 1024), (256, 1024)), ((1024, 1024), (1024, 1024)), ((2048, 2048), (2048, 2048)),
-       ((8192, 32768), (8192, 8192)), ((6, 9), (6, 9)), axis=1),
+    _w("W10", "GatherElements", "onnx.gather_elements", *_ELEMENTS, axis=1),
+    # Model steps (bench/steps.py): W1's, W10's and W6's gathers inside what a model
+    # runs them in.
+    _w("M1", "step: lookup, dense, relu, sum", "onnx.gather", *_GRAD, _EMB_GPU,
+       ((50, 8), (13,)), step="dense"),
+    _w("M2", "step: M1's gradient", "onnx.gather", *_GRAD, _EMB_GPU, ((50, 8), (13,)),
+       step="dense_grad"),
+    _w("M3", "step: GatherElements, softmax, matmul", "onnx.gather_elements", *_ELEMENTS,
+       axis=1, step="softmax_matmul"),
+    _w("M4", "step: GatherND b=1, standardize, matmul", "onnx.gather_nd", *_ND_BATCH,
+       batch_dims=1, step="standardize_matmul"),
     # W9's scatter-add under contention and without, in f32 and bf16 (some
     # jaxlib versions emit a compare-and-swap loop for it on NVIDIA GPUs). On a GPU
     # they are part of a plain run; on a CPU, only where --workloads names them.

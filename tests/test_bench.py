@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import re
@@ -139,7 +140,7 @@ def test_a_version_1_record_still_loads_and_shows_its_check_cost(tmp_path):
     text = record.table(loaded)
     (line,) = [ln for ln in text.splitlines()[text.splitlines().index(""):]
                if ln.startswith("W1")]
-    assert line.split()[3:] == ["2.00", "0.0%", "1.00"]
+    assert line.split()[3:] == ["2.00", "0.0%", "1.00", "op", "alone"]
     assert "W1       xgather" in record.compare(loaded, _record())
 
 
@@ -167,7 +168,8 @@ def test_compare_shows_the_check_cost_of_both_records():
 def test_table_lists_every_result():
     text = record.table(_record())
     assert "W1 t" in text and text.count("\n") == 4  # header, columns, 2 results, the key
-    assert text.splitlines()[-1].startswith("spread: interquartile range / median")
+    assert text.splitlines()[-1].startswith("p90: the 90th percentile of the samples; "
+                                            "spread: interquartile range / median")
 
 
 def test_missing_peers_are_skipped():
@@ -181,7 +183,11 @@ def test_missing_peers_are_skipped():
     assert set(fns) == {"xgather", "xgather[promise]", "lax"} | host
 
 
-@pytest.mark.parametrize("key", sorted(WORKLOADS))
+GATHERS = sorted(k for k, w in WORKLOADS.items() if w.step is None)
+STEPS = sorted(k for k, w in WORKLOADS.items() if w.step is not None)
+
+
+@pytest.mark.parametrize("key", GATHERS)
 def test_every_system_computes_the_same_result(key):
     """The peers and the hand-written lax.gather agree with xgather on each workload."""
     import jax
@@ -198,6 +204,56 @@ def test_every_system_computes_the_same_result(key):
         elif name.startswith("openvino"):
             out = next(iter(out.values()))
         np.testing.assert_allclose(_as_f32(out), want, rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("key", STEPS)
+def test_every_system_runs_the_model_step_as_numpy_does(key):
+    """A model step: xgather's default and promise, lax and torch agree with the step
+    written in NumPy (bench/steps.py's numpy_step, float64 inside)."""
+    import jax
+
+    from xgather_bench import steps
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    want = steps.numpy_step(w, data, idx, steps.weights(w, data))
+    fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), None)
+    names = {"xgather", "xgather[promise]", "lax"}
+    if systems.available()["torch"]:
+        names |= {f"torch {t}t" for t in sorted({1, systems.cores()})}
+    assert set(fns) == names  # no NumPy, onnxruntime or OpenVINO step
+    for name, fn in fns.items():
+        got = fn()
+        pairs = zip(got, want, strict=True) if w.step == "dense_grad" else [(got, want)]
+        for g, x in pairs:
+            np.testing.assert_allclose(_as_f32(g), np.float32(x), rtol=2e-4, atol=2e-4,
+                                       err_msg=name)
+
+
+def test_model_steps_name_their_gather_and_are_part_of_a_plain_cpu_run():
+    assert STEPS == ["M1", "M2", "M3", "M4"]
+    assert set(STEPS) <= set(default_keys("cpu"))
+    assert {WORKLOADS[k].op for k in STEPS} == {"onnx.gather", "onnx.gather_elements",
+                                                "onnx.gather_nd"}
+    assert WORKLOADS["M1"].moved_bytes("default") == WORKLOADS["W1"].moved_bytes("default")
+
+
+def test_blocked_times_each_system_alone_after_an_untimed_sample():
+    calls: list[str] = []
+
+    def fn(name):
+        return lambda: calls.append(name)
+    samples = stats.blocked({"a": fn("a"), "b": fn("b"), "c": fn("c")}, 4,
+                            {"a": 1, "b": 2, "c": 1})
+    assert list(samples) == ["a", "b", "c"] and all(len(v) == 4 for v in samples.values())
+    blocks = [k for k, _ in itertools.groupby(calls)]
+    assert sorted(blocks) == ["a", "b", "c"]  # each system once, in one block
+    assert calls.count("a") == 5 and calls.count("b") == 10  # 1 untimed + 4 timed samples
+
+
+def test_p90_shows_a_slow_mode_the_median_hides():
+    xs = [1.0] * 8 + [3.0] * 2
+    assert stats.median(xs) == 1.0 and stats.p90(xs) > 2.0
+    assert stats.p90([2.0]) == 2.0
 
 
 def _as_f32(out):
@@ -242,6 +298,10 @@ def test_quick_run_end_to_end(tmp_path):
     assert not any("check_samples_s" in r for r in rec["results"]
                    if r["system"] not in ("xgather", "xgather[promise]"))
     assert "(rounds of the pair alone)" in proc.stdout
+    assert all(r["p90_s"] >= r["median_s"] for r in rec["results"])
+    assert {c["workload"]: c["context"] for c in rec["check_cost"]} == {
+        k: "model step" if WORKLOADS[k].step else "op alone" for k in default_keys("cpu")}
+    assert "M2 step: M1's gradient" in proc.stdout and " p90 ms " in proc.stdout
     assert len(costs.splitlines()) == 2 + len(default_keys("cpu"))
     assert "check cost: xgather (the spec's default) / xgather[promise]" in proc.stdout
     pytest.importorskip("matplotlib")
@@ -390,7 +450,7 @@ def test_gpu_sizes_fill_an_h100_and_cpu_sizes_stay():
     # the CPU sizes, as before
     assert WORKLOADS["W1"].shapes("default") == ((50000, 512), (8192,))
     assert WORKLOADS["W10"].shapes("quick") == ((256, 1024), (256, 1024))
-    assert default_keys("cpu") == [f"W{i}" for i in range(1, 11)]
+    assert default_keys("cpu") == [f"W{i}" for i in range(1, 11)] + ["M1", "M2", "M3", "M4"]
     assert default_keys("gpu") == default_keys("cpu") + ["W9r", "W9u", "W9r-bf16", "W9u-bf16"]
 
 
@@ -483,7 +543,7 @@ def _gpu_device():
 
 @pytest.mark.skipif(not any(why is None for why in systems.gpu_peers().values()),
                     reason="needs torch with CUDA or CuPy on a GPU")
-@pytest.mark.parametrize("key", sorted(WORKLOADS))
+@pytest.mark.parametrize("key", GATHERS)
 def test_gpu_peers_compute_the_same_result(key):
     """On a GPU: torch-cuda (both ways) and CuPy agree with NumPy on each workload."""
     w = WORKLOADS[key]
@@ -498,7 +558,7 @@ def test_gpu_peers_compute_the_same_result(key):
         np.testing.assert_allclose(_as_f32(fn()), want, rtol=tol, atol=tol, err_msg=name)
 
 
-@pytest.mark.parametrize("key", sorted(WORKLOADS))
+@pytest.mark.parametrize("key", GATHERS)
 def test_the_torch_cuda_peer_code_agrees_with_numpy_on_the_cpu(key):
     """The torch-cuda peer's code, run on torch's CPU device (no GPU needed)."""
     if not systems.available()["torch"]:
