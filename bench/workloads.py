@@ -147,9 +147,9 @@ WORKLOADS = {w.key: w for w in [
        ((50, 8), (13,)), step="dense"),
     _w("M2", "step: M1's gradient", "onnx.gather", *_GRAD, _EMB_GPU, ((50, 8), (13,)),
        step="dense_grad"),
-    _w("M3", "step: GatherElements, softmax, matmul", "onnx.gather_elements", *_ELEMENTS,
+    _w("M3", "step: GatherElements, softmax", "onnx.gather_elements", *_ELEMENTS,
        axis=1, step="softmax_matmul"),
-    _w("M4", "step: GatherND b=1, standardize, matmul", "onnx.gather_nd", *_ND_BATCH,
+    _w("M4", "step: GatherND, standardize", "onnx.gather_nd", *_ND_BATCH,
        batch_dims=1, step="standardize_matmul"),
     # W9's scatter-add under contention and without, in f32 and bf16 (some
     # jaxlib versions emit a compare-and-swap loop for it on NVIDIA GPUs). On a GPU

@@ -204,24 +204,28 @@ def under_derivative(reverse: bool = False) -> bool:
     return any(kind in kinds for kind in running)
 
 
+def _traced_by(name: str, module: str, otherwise: bool, consequence: str) -> bool:
+    """Whether code of ``module`` is tracing the caller's caller; ``otherwise`` (with a
+    warning, once) where this JAX has no such module."""
+    found = _jaxprivate.on_stack(name, module, depth=3)
+    if found is None:
+        _jaxprivate.fallback(name, consequence)
+        return otherwise
+    return found
+
+
 def in_loop_body() -> bool:
     """True while ``lax.scan``, ``lax.map``, ``fori_loop`` or ``while_loop`` traces its body."""
-    found = _jaxprivate.on_stack("loops", _jaxprivate.LOOPS_MODULE, depth=2)
-    if found is None:
-        _jaxprivate.fallback("loops", "a check traced in a differentiated loop body does not "
-                             "warn that JAX drops it")
-        return False
-    return found
+    return _traced_by("loops", _jaxprivate.LOOPS_MODULE, False,
+                      "a check traced in a differentiated loop body does not warn that JAX "
+                      "drops it")
 
 
 def checks_functionalised() -> bool:
     """True while ``checkify.checkify`` (so also :func:`xgather.checked`) is tracing."""
-    found = _jaxprivate.on_stack("checkify", _jaxprivate.CHECKIFY_MODULE, depth=2)
-    if found is None:
-        _jaxprivate.fallback("checkify", "a check under a plain jax.jit fails in checkify's "
-                             "own words, not xgather's")
-        return True
-    return found
+    return _traced_by("checkify", _jaxprivate.CHECKIFY_MODULE, True,
+                      "a check under a plain jax.jit fails in checkify's own words, not "
+                      "xgather's")
 
 
 def widen(plan, indices):

@@ -190,6 +190,9 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
               out_sharding: Sharding = None) -> Result:
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
+    The keyword options (``mode``, ``fill_value``, ``indices_are_sorted``,
+    ``unique_indices``, ``negative_indices``, ``out_sharding``) are as for :func:`gather`.
+
     Args:
       data: array of shape ``(b..., d...)`` with ``len(b) == batch_dims``, rank ``r >= 1``.
       indices: int64 (or int32) array of shape ``(b..., q..., k)``, ``1 <= k <= r - batch_dims``;
@@ -197,12 +200,6 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
       batch_dims: ``0 <= batch_dims < min(r, indices.ndim)``; opset 12 and later.
       opset: the model's opset_import, from 11 on (GatherND-11 at 11, -12 at 12,
         -13 from 13).
-      mode: as for :func:`gather`.
-      fill_value: as for :func:`gather`.
-      indices_are_sorted: as for :func:`gather`.
-      unique_indices: as for :func:`gather`.
-      negative_indices: as for :func:`gather`.
-      out_sharding: as for :func:`gather`.
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)`` with ``data``'s dtype.
@@ -223,6 +220,9 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
                     out_sharding: Sharding = None) -> Result:
     """ONNX ``GatherElements``: ``out[i] = data[i_0, ..., indices[i], ..., i_{r-1}]``.
 
+    The keyword options (``mode``, ``fill_value``, ``indices_are_sorted``,
+    ``unique_indices``, ``negative_indices``, ``out_sharding``) are as for :func:`gather`.
+
     Args:
       data: array of rank ``r >= 1``.
       indices: int32/int64 array of rank ``r``; off ``axis`` each dimension is at
@@ -230,12 +230,6 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
       axis: in ``[-r, r-1]``.
       opset: the model's opset_import, from 11 on (GatherElements-11 at 11-12,
         -13 from 13).
-      mode: as for :func:`gather`.
-      fill_value: as for :func:`gather`.
-      indices_are_sorted: as for :func:`gather`.
-      unique_indices: as for :func:`gather`.
-      negative_indices: as for :func:`gather`.
-      out_sharding: as for :func:`gather`.
 
     Returns:
       Array of ``indices``' shape with ``data``'s dtype.
