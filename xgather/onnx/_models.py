@@ -13,13 +13,13 @@ The ``onnx`` package (and jaxonnxruntime for the last) is needed only when they 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from xgather._errors import XGatherError, choice, fail
 from xgather._modes import MODES
-from xgather.onnx import _ops
 from xgather.onnx._ops import ATTRIBUTES, VERSIONS, op_version, resolve
 
 #: The keyword options of the xgather ops that :func:`from_node` passes through.
@@ -67,8 +67,10 @@ def _attribute_value(op: str, attr):
 
 
 def _op(op_type: str) -> Callable:
-    """The xgather op, looked up at call time (so a patched :mod:`xgather.onnx._ops` is seen)."""
-    return getattr(_ops, _FUNCTIONS[op_type])
+    """The public ``xgather.onnx`` op, looked up at call time, so that one a user wrapped
+    there (to count calls, say) is the one the node runs. The package is this module's
+    parent: imported before it, so this is a lookup, not an import."""
+    return getattr(sys.modules[__package__], _FUNCTIONS[op_type])
 
 
 def from_node(node, opset: int = 13, **options) -> Callable:
@@ -214,7 +216,7 @@ HANDLERS: dict[str, type] = {}
 
 def _handler(handler_base, register_op, op_type: str) -> type:
     name, attr = _JOR_OPS[op_type]
-    fn, versions = getattr(_ops, name), VERSIONS[op_type]
+    fn, versions = getattr(sys.modules[__package__], name), VERSIONS[op_type]
 
     def version(opset, cls, node, inputs):
         node.attrs_dict[attr] = node.attrs.get(attr, 0)
