@@ -27,11 +27,12 @@ _lock = threading.Lock()
 
 
 def _read(name: str, path: str, attr: str | None = None) -> Any:
-    """``path.attr`` (a module where ``attr`` is None), or None with ``name`` in MISSING."""
+    """``path.attr`` (the module ``path`` where ``attr`` is None), or None with ``name``
+    and the error met in :data:`MISSING`."""
     try:
         value = importlib.import_module(path)
         return value if attr is None else getattr(value, attr)
-    except Exception as err:  # noqa: BLE001 - anything a moved module raises on import
+    except Exception as err:  # noqa: BLE001 - a moved module or name: whatever it raises
         MISSING[name] = f"{path}{'' if attr is None else '.' + attr}: {type(err).__name__}: {err}"
         return None
 
@@ -52,10 +53,7 @@ def fallback(name: str, consequence: str) -> None:
 # A config state that is part of every trace's context and of jit's C++ dispatch key. The
 # public jax.config can only update states JAX defines; a library cannot declare one
 # (jax.config.define_enum_state has no include_in_jit_key / include_in_trace_context).
-_config = _read("enum_state", "jax._src.config")
-_enum_state = getattr(_config, "enum_state", None) if _config is not None else None
-if _config is not None and _enum_state is None:
-    MISSING["enum_state"] = "jax._src.config.enum_state: AttributeError"
+_enum_state = _read("enum_state", "jax._src.config", "enum_state")
 
 
 def enum_state(name: str, values: tuple[str, ...], default: str, help: str) -> Any:
@@ -73,9 +71,7 @@ def enum_state(name: str, values: tuple[str, ...], default: str, help: str) -> A
 # -- jax._src.core.trace_ctx ------------------------------------------------------------------
 # The stack of traces running now. Public JAX does not say whether a function is being
 # differentiated: a custom_jvp would, but it changes what the gather lowers to.
-_core = _read("trace_ctx", "jax._src.core")
-if _core is not None and not hasattr(_core, "trace_ctx"):
-    MISSING["trace_ctx"] = "jax._src.core.trace_ctx: AttributeError"
+_trace_ctx = _read("trace_ctx", "jax._src.core", "trace_ctx")
 #: The trace classes of forward mode, and of linearization (reverse mode, ``linearize``).
 FORWARD_TRACES = frozenset({"JVPTrace"})
 LINEARIZE_TRACES = frozenset({"LinearizeTrace", "JaxprTrace"})
@@ -84,9 +80,9 @@ LINEARIZE_TRACES = frozenset({"LinearizeTrace", "JaxprTrace"})
 def trace_kinds() -> list[str] | None:
     """The class names of the traces running now, innermost first; None where this JAX's
     trace stack cannot be read."""
-    if "trace_ctx" in MISSING:
+    if _trace_ctx is None:
         return None
-    trace = _core.trace_ctx.trace
+    trace = _trace_ctx.trace
     kinds = []
     while trace is not None:
         kinds.append(type(trace).__name__)
@@ -118,19 +114,15 @@ def on_stack(name: str, module: str, depth: int = 2) -> bool | None:
 # -- jax._src.core.ShardingTypeError -----------------------------------------------------------
 # The error JAX raises where it cannot infer a result's sharding on Explicit mesh axes; jax
 # exports it under no public name (jax.errors has no sharding error).
-SHARDING_TYPE_ERROR: Any = getattr(_core, "ShardingTypeError", None)
-if SHARDING_TYPE_ERROR is None:
-    MISSING["ShardingTypeError"] = "jax._src.core.ShardingTypeError: AttributeError"
-    SHARDING_TYPE_ERROR = ()  # an empty except clause: JAX's own error comes through
+# Where it is missing, an empty except clause: JAX's own error comes through.
+SHARDING_TYPE_ERROR: Any = _read("ShardingTypeError", "jax._src.core", "ShardingTypeError") or ()
 
 
 # -- jax._src.array.ArrayImpl ------------------------------------------------------------------
 # The concrete class of a JAX array. The eager call's cache key compares ``type(x) is`` it:
 # the public jax.Array is an ABC that tracers match too, and isinstance costs more.
-_array = _read("ArrayImpl", "jax._src.array")
-ARRAY_IMPL: type = getattr(_array, "ArrayImpl", None) or type("NoArrayImpl", (), {})
-if _array is not None and not hasattr(_array, "ArrayImpl"):
-    MISSING["ArrayImpl"] = "jax._src.array.ArrayImpl: AttributeError"
+ARRAY_IMPL: type = (_read("ArrayImpl", "jax._src.array", "ArrayImpl")
+                   or type("NoArrayImpl", (), {}))
 
 
 # -- jax._src.xla_bridge.backends_are_initialized ----------------------------------------------
@@ -165,13 +157,14 @@ def error_predicates(err) -> list | None:
 def alias_closed_jaxpr() -> bool:
     """Give ``jax._src.core`` its ``ClosedJaxpr`` where this JAX lacks it; True where the
     name is there (now or before)."""
-    if _core is None:
+    core: Any = sys.modules.get("jax._src.core")  # imported with jax
+    if core is None:
         return False
-    if hasattr(_core, "ClosedJaxpr"):
+    if hasattr(core, "ClosedJaxpr"):
         return True
     import jax.extend.core as public
     closed = getattr(public, "ClosedJaxpr", None)
     if closed is None:
         return False
-    _core.ClosedJaxpr = closed
+    core.ClosedJaxpr = closed
     return True

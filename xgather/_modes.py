@@ -405,7 +405,7 @@ _EAGER_REPORT = 1 << 15
 # jnp.any compiles faster than the float loops there and runs as fast. Over several
 # thousand values jnp.any compiles slowly, hence the float max everywhere else. Above
 # _EAGER_REPORT a first stage reduces (rows, lanes) blocks. The measurements behind these
-# choices: docs/performance.md.
+# choices: docs/checks.md.
 _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 

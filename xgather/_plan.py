@@ -33,7 +33,7 @@ _SEPARATE_WRAP = 1 << 14
 _ROWS = 4
 # Elements of one slice (prod(slice_sizes)) from which the wrap stays inside the gather at
 # any size: the index is then loaded once per slice and the wrap with it, out of the copy
-# loop, and no kernel is added to compile (docs/performance.md: the lowering's choices).
+# loop, and no kernel is added to compile (measured: docs/lowering.md).
 _ROW_SLICE = 8
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",

@@ -541,7 +541,7 @@ def _incompatible(why: str, cause: BaseException | None = None) -> NoReturn:
 
 
 def _from_jax2onnx(err: BaseException) -> bool:
-    """Whether ``err`` was raised inside jax2onnx or the JAX internals it reads."""
+    """Whether ``err`` was raised inside jax2onnx (or its onnx_ir), not in the caller's code."""
     tb = err.__traceback__
     last = ""
     while tb is not None:
