@@ -157,7 +157,9 @@ def lax_runner(w, d, i, extra=()) -> Runner:
 
 # -- Peers ------------------------------------------------------------------------------------
 
-def numpy_runner(w, data, idx, device=None) -> Runner:
+def numpy_runner(w, data, idx, device=None) -> Runner | None:
+    if w.step is not None:  # the model steps run in JAX and torch only
+        return None
     if w.op == "onnx.gather":
         return lambda: np.take(data, idx, axis=w.axis)
     if w.op == "onnx.gather_nd":
@@ -184,7 +186,7 @@ def ort_runner(w, data, idx, threads: int) -> Runner | None:
     ops = {"onnx.gather": ("Gather", {"axis": w.axis}),
            "onnx.gather_nd": ("GatherND", {"batch_dims": w.batch_dims}),
            "onnx.gather_elements": ("GatherElements", {"axis": w.axis})}
-    if w.op not in ops:
+    if w.op not in ops or w.step is not None:
         return None
     op, attrs = ops[w.op]
     node = helper.make_node(op, ["d", "i"], ["o"], **attrs)
@@ -208,7 +210,7 @@ def openvino_runner(w, data, idx, threads: int) -> Runner | None:
     import openvino.opset6 as o6
     import openvino.opset7 as o7
     import openvino.opset8 as o8
-    if w.op == "grad":
+    if w.op == "grad" or w.step is not None:
         return None
     pd = o1.parameter(list(data.shape), ov.Type.f32)
     pi = o1.parameter(list(idx.shape), ov.Type.i64)
@@ -334,6 +336,8 @@ def torch_cuda_runner(w, data, idx, embedding: bool = False, device: str = "cuda
     The data and indices are copied to the GPU once; each call synchronizes.
     ``device="cpu"`` runs the same code on the CPU (for tests without a GPU).
     """
+    if w.step is not None:  # the model steps run in JAX (and torch on the host) only
+        return None
     import torch
     import torch.nn.functional as F
     dev = torch.device(device)
@@ -379,6 +383,8 @@ def torch_cuda_runner(w, data, idx, embedding: bool = False, device: str = "cuda
 
 def cupy_runner(w, data, idx) -> Runner | None:
     """The workload on the GPU in CuPy (``take``, ``take_along_axis``, indexing, scatter_add)."""
+    if w.step is not None:  # the model steps run in JAX (and torch on the host) only
+        return None
     import cupy
     if data.dtype.name == "bfloat16":
         return None  # CuPy has no bfloat16
@@ -431,14 +437,15 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
     def want_host(name):  # a peer on the host: on a GPU only where named
         return want(name) and not (on_gpu and (systems is None or name not in systems))
 
-    if w.step is not None:  # a model step: the JAX systems and torch on the host
-        return _build_step(w, data, idx, device, peers, want, want_host, threads)
     if want("xgather") or want("lax"):
+        import jax
         d, i = jax_inputs(data, idx, device)
+        # a model step's weights, beside the data on the device
+        extra = () if w.step is None else (jax.device_put(steps.weights(w, data), device),)
     if want("xgather"):
-        out["xgather"] = xgather_runner(w, d, i)
+        out["xgather"] = xgather_runner(w, d, i, extra=extra)
         # indices known valid: in [0, s-1], as the hand-written lax.gather assumes
-        out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds",
+        out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
                                                  negative_indices=False)
         if w.op == "grad" and (on_gpu or not w.cpu_default):
             # The gradient with its indices sorted first: which form a GPU's jaxlib
@@ -446,9 +453,9 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
             out["xgather[promise,sorted]"] = xgather_runner(
                 w, d, i, "promise_in_bounds", grad_scatter="sorted", negative_indices=False)
     if want("lax"):
-        out["lax"] = lax_runner(w, d, i)
-    if want_host("numpy"):
-        out["numpy"] = numpy_runner(w, data, idx)
+        out["lax"] = lax_runner(w, d, i, extra)
+    if want_host("numpy") and (r := numpy_runner(w, data, idx)) is not None:
+        out["numpy"] = r
     for name, make in (("onnxruntime", ort_runner), ("openvino", openvino_runner),
                        ("torch", torch_runner)):
         if peers.get(name) and want_host(name):
@@ -464,24 +471,4 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
         if peers.get("cupy") and want("cupy"):
             made["cupy"] = cupy_runner(w, data, idx)
         out.update({k: r for k, r in made.items() if r is not None})
-    return out
-
-
-def _build_step(w, data, idx, device, peers, want, want_host, threads) -> dict[str, Runner]:
-    """A model step's systems: xgather's default and promise, ``lax`` and torch."""
-    import jax
-
-    out: dict[str, Runner] = {}
-    if want("xgather") or want("lax"):
-        d, i = jax_inputs(data, idx, device)
-        extra = (jax.device_put(steps.weights(w, data), device),)
-    if want("xgather"):
-        out["xgather"] = xgather_runner(w, d, i, extra=extra)
-        out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
-                                                 negative_indices=False)
-    if want("lax"):
-        out["lax"] = lax_runner(w, d, i, extra)
-    if peers.get("torch") and want_host("torch"):
-        for t in threads:
-            out[f"torch {t}t"] = torch_runner(w, data, idx, t)
     return out
