@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -458,3 +459,20 @@ def test_grad_scatter_names_its_choices_and_explain_says_which_form():
             xgather.explain(xgather.onnx.gather, d, i[:, 0]))
         assert "'sorted' does not apply, as it gathers index tuples" in str(
             xgather.explain(xgather.onnx.gather_nd, d, i))
+
+
+def test_a_plan_prints_its_own_fields_and_explain_adds_the_traced_lines():
+    """The same frozen plan prints alike under any trace state; explain's notes (flag,
+    scatter form) are fixed when explain runs and are not part of the plan's identity."""
+    d, i = np.zeros((5, 2), np.float32), np.zeros(3, np.int64)
+    direct = xgather.explain(xgather.onnx.gather, d, i)
+    with xgather.grad_scatter("sorted"):
+        sorted_ = xgather.explain(xgather.onnx.gather, d, i)
+        assert "grad_scatter 'direct'" in str(direct)  # made before the block: unchanged
+    assert "gradient: indices sorted first" in str(sorted_)
+    assert direct == sorted_ and hash(direct) == hash(sorted_)
+    bare = dataclasses.replace(direct, notes=())
+    with xgather.grad_scatter("sorted"):
+        text = str(bare)
+    assert text == str(bare) and "gradient:" not in text and "bound check" not in text
+    assert str(direct) == text + "\n  " + "\n  ".join(direct.notes)
