@@ -9,6 +9,7 @@ Usage::
     xgather-bench plot RECORD.json --out ratios.png
     xgather-bench sharded [--devices 8] [--quick]
     xgather-bench eager [--repeats 25] [--calls 200] [--json eager.json]
+    xgather-bench crowding [--repeats 40] [--peers onnxruntime,openvino] [--json c.json]
 """
 
 from __future__ import annotations
@@ -225,11 +226,12 @@ def run(args) -> dict:
         def rounds_note(what, prefix=prefix):
             return lambda r: progress.note(f"{prefix}{what} {r}/{args.repeats}")
 
-        # Each system in a block of its own: its figure does not depend on which other
-        # systems share the run (their threads and allocations between two samples of a
-        # round slowed the checked program most; see docs/benchmark.md).
-        samples = stats.blocked(fns, args.repeats, reps, on_system=lambda n, total, p=prefix:
-                                progress.note(f"{p}system {n}/{total}"))
+        # Each library's systems in a block of their own: a figure does not depend on which
+        # other libraries share the run (their threads and allocations between two samples
+        # of a round slowed the checked program most; see docs/benchmark.md).
+        samples = stats.by_library(fns, args.repeats, reps, systems.library,
+                                   on_block=lambda n, total, p=prefix:
+                                   progress.note(f"{p}library {n}/{total}"))
         pair = (rec.DEFAULT, rec.PROMISE)
         check_samples = {}
         if set(pair) <= set(fns):
@@ -270,8 +272,10 @@ def run(args) -> dict:
         "allocator": alloc.allocator_settings(),
         "x64": bool(jax.config.jax_enable_x64),
         "first_call": "after one call of each JAX system at other shapes, and gc.collect()",
-        "samples": "each system in a block of its own, after one untimed sample; the check "
-                   "cost from interleaved rounds of the default and promise alone",
+        "samples": "each library's systems in a block of their own (JAX: xgather's modes "
+                   "and lax), two untimed rounds, then shuffled rounds of that library "
+                   "alone; the check cost from interleaved rounds of the default and "
+                   "promise alone",
         "workloads": shapes,
         "results": results,
         "check_cost": rec.check_costs(results),
@@ -398,6 +402,38 @@ def main(argv=None) -> int:
         print(eager.table(record))
         if a.json:
             eager.save(record, a.json)
+            print(f"wrote {a.json}", file=sys.stderr)
+        return 0
+    if argv[:1] == ["crowding"]:
+        p = argparse.ArgumentParser(
+            prog="xgather-bench crowding", description="W1 beside one peer library at a "
+            "time: the checked default, promise, lax and a plain JAX flag + gather")
+        p.add_argument("--repeats", type=_rounds, default=40, help="shuffled rounds "
+                       "(default 40)")
+        p.add_argument("--peers", help="comma-separated: numpy, onnxruntime, openvino, "
+                       "torch (default: all installed)")
+        p.add_argument("--quick", action="store_true", help="small sizes")
+        p.add_argument("--json", help="write the run as a JSON record")
+        a = p.parse_args(argv[1:])
+        _check_json_folder(p, a.json)
+        from . import crowding
+        peers = tuple(a.peers.split(",")) if a.peers else None
+        unknown = sorted(set(peers or ()) - set(crowding.PEERS))
+        if unknown:
+            p.error(f"unknown peers {unknown}; choose from {', '.join(crowding.PEERS)}")
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the main job
+        _no_fork()
+        import jax
+
+        import xgather._alloc as alloc
+        if _expected_platform(None) == "cpu" and not alloc._backends_started():
+            alloc.keep_large_allocations()  # before JAX starts, as in the main job
+        record = {"schema": crowding.SCHEMA, "date": _now(),
+                  "device": _device_info(jax.devices()[0], {}), "versions": _versions(False),
+                  **crowding.run(a.repeats, peers, "quick" if a.quick else "default")}
+        print(crowding.table(record))
+        if a.json:
+            crowding.save(record, a.json)
             print(f"wrote {a.json}", file=sys.stderr)
         return 0
     if argv[:1] == ["plot"]:

@@ -5,8 +5,8 @@ calls it outside ``jit``: on a device array at W8's shapes (a (100, 16) float32
 table, 10 int32 lookups, as device or NumPy arrays), after its first call, so
 that every call takes the cached path (one lookup, one jitted call). Both modes
 are timed: the spec's default and ``promise_in_bounds``; the reference is an
-eager ``jnp.take(data, indices, axis=0)`` on the same kind of indices. Issue 12's
-limits (device indices): promise within 1.5x of ``jnp.take``, the default within
+eager ``jnp.take(data, indices, axis=0)`` on the same kind of indices. The
+targets (device indices): promise within 1.5x of ``jnp.take``, the default within
 2.0x; NumPy indices have none.
 
 Every system's samples come from the same shuffled rounds (:func:`stats.interleaved`),

@@ -81,24 +81,32 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[st
     return samples
 
 
-def blocked(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str, int],
-            on_system=None) -> dict[str, list[float]]:
-    """Each system's ``rounds`` samples in a block of its own, after one untimed sample.
+def by_library(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str, int],
+               library: Callable[[str], str], warmup: int = 2,
+               on_block=None) -> dict[str, list[float]]:
+    """Each library's systems in a block of their own: ``warmup`` untimed rounds, then
+    ``rounds`` interleaved rounds of that library's systems alone.
 
-    No other system runs inside a block, so a system's figure does not depend on
-    which others share the run: their threads spinning down, their freed memory
-    and their cache footprint land in the untimed sample. The order of the blocks
-    is shuffled (seeded). Ratios between systems are then ratios of medians, not
-    paired per round; pairs that need the latter are timed by :func:`interleaved`.
+    No other library runs inside a block, so a system's figure does not depend on
+    which others share the run: their threads spinning down, their freed memory and
+    their cache footprint land in the untimed rounds. Inside a block the systems of
+    one library (xgather's modes and ``lax``: one JAX runtime) share shuffled rounds,
+    so that noise which drifts over the run hits them alike, as in the pair-alone
+    rounds of :func:`interleaved`. ``library(name)`` names a system's library; the
+    blocks run in a seeded shuffled order.
     """
+    groups: dict[str, list[str]] = {}
+    for name in fns:
+        groups.setdefault(library(name), []).append(name)
+    order = list(groups)
+    random.Random(0).shuffle(order)
     samples: dict[str, list[float]] = {}
-    names = list(fns)
-    random.Random(0).shuffle(names)
-    for n, name in enumerate(names, 1):
-        time_batch(fns[name], reps[name])
-        samples[name] = [time_batch(fns[name], reps[name]) for _ in range(rounds)]
-        if on_system:
-            on_system(n, len(names))
+    for n, lib in enumerate(order, 1):
+        block = {k: fns[k] for k in groups[lib]}
+        interleaved(block, warmup, reps)
+        samples.update(interleaved(block, rounds, reps))
+        if on_block:
+            on_block(n, len(order))
     return {k: samples[k] for k in fns}
 
 

@@ -301,6 +301,12 @@ GPU_PEERS = ("torch-cuda", "cupy")
 NAMES = ("xgather", "lax", "numpy", "onnxruntime", "openvino", "torch", *GPU_PEERS)
 
 
+def library(name: str) -> str:
+    """The library that runs a system: ``"jax"`` for xgather's modes and ``lax`` (one
+    runtime, one thread pool), else the peer's name without its thread count."""
+    return "jax" if name.startswith(("xgather", "lax")) else name.split()[0]
+
+
 def gpu_peers() -> dict[str, str | None]:
     """``{GPU peer: None}`` where it can run here, else ``{GPU peer: why not}``."""
     out: dict[str, str | None] = {}

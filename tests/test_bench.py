@@ -237,17 +237,29 @@ def test_model_steps_name_their_gather_and_are_part_of_a_plain_cpu_run():
     assert WORKLOADS["M1"].moved_bytes("default") == WORKLOADS["W1"].moved_bytes("default")
 
 
-def test_blocked_times_each_system_alone_after_an_untimed_sample():
+def test_by_library_times_each_library_alone_after_untimed_rounds():
     calls: list[str] = []
 
     def fn(name):
         return lambda: calls.append(name)
-    samples = stats.blocked({"a": fn("a"), "b": fn("b"), "c": fn("c")}, 4,
-                            {"a": 1, "b": 2, "c": 1})
-    assert list(samples) == ["a", "b", "c"] and all(len(v) == 4 for v in samples.values())
-    blocks = [k for k, _ in itertools.groupby(calls)]
-    assert sorted(blocks) == ["a", "b", "c"]  # each system once, in one block
-    assert calls.count("a") == 5 and calls.count("b") == 10  # 1 untimed + 4 timed samples
+    names = ["xgather", "xgather[promise]", "lax", "torch 1t", "torch 2t", "numpy"]
+    reps = {n: 1 for n in names} | {"torch 2t": 2}
+    samples = stats.by_library({n: fn(n) for n in names}, 4, reps, systems.library, warmup=2)
+    assert list(samples) == names and all(len(v) == 4 for v in samples.values())
+    libs = [systems.library(n) for n in calls]
+    blocks = [k for k, _ in itertools.groupby(libs)]
+    assert sorted(blocks) == ["jax", "numpy", "torch"]  # each library once, in one block
+    # 2 untimed + 4 timed rounds; inside a block its systems take turns, round by round
+    assert calls.count("lax") == 6 and calls.count("torch 2t") == 12
+    jax_calls = [n for n in calls if systems.library(n) == "jax"]
+    assert all(set(jax_calls[k:k + 3]) == {"xgather", "xgather[promise]", "lax"}
+               for k in range(0, 18, 3))
+
+
+def test_library_puts_the_jax_systems_together_and_drops_thread_counts():
+    assert {systems.library(n) for n in ("xgather", "xgather[promise]", "lax")} == {"jax"}
+    assert systems.library("onnxruntime 2t") == "onnxruntime" != systems.library("openvino 1t")
+    assert systems.library("torch-cuda") == "torch-cuda" != systems.library("torch 1t")
 
 
 def test_p90_shows_a_slow_mode_the_median_hides():
@@ -651,6 +663,45 @@ def test_the_eager_bench_end_to_end(tmp_path, capsys):
         row = next(ln for ln in section.splitlines() if ln.split()[:2] == [r["op"], r["mode"]])
         assert f"{r['ratio']:.2f}" in row.split()
     assert "baseline jnp.take(data, rows, axis=0)" in text
+
+
+def test_the_crowding_bench_end_to_end(tmp_path, capsys):
+    from xgather_bench import crowding
+    from xgather_bench.__main__ import main
+    out = tmp_path / "crowding.json"
+    assert main(["crowding", "--quick", "--repeats", "2", "--peers", "numpy",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    rec = json.loads(out.read_text())
+    assert rec["schema"] == crowding.SCHEMA and rec["workload"] == "W1"
+    assert [r["peer"] for r in rec["rows"]] == [None, "numpy"]
+    for row in rec["rows"]:
+        ref = row["samples_s"]["xgather[promise]"]
+        assert {"xgather", "lax", "flag + gather"} <= set(row["samples_s"])
+        assert ("numpy" in row["samples_s"]) == (row["peer"] == "numpy")
+        for name, ratio in row["ratios"].items():
+            assert ratio == pytest.approx(stats.paired_ratio(row["samples_s"][name], ref))
+        line = next(ln for ln in text.splitlines() if ln.startswith(row["peer"] or "(none)"))
+        assert f"{row['ratios']['flag + gather']:.2f}" in line
+
+
+def test_the_crowding_bench_plain_program_is_the_spec_gather_and_its_flag():
+    import jax.numpy as jnp
+
+    from xgather_bench import crowding
+    data = np.arange(20, dtype=np.float32).reshape(5, 4)
+    for idx, bad in (([0, -1, 4, -5], False), ([1, 5], True), ([-6, 2], True)):
+        flag, got = crowding.plain_runner(jnp.asarray(data), jnp.asarray(idx, np.int32))()
+        assert bool(flag) == bad
+        if not bad:  # rows by the spec's rule: negative counts from the end
+            np.testing.assert_array_equal(got, np.stack([data[k % 5] for k in idx]))
+
+
+def test_the_crowding_bench_refuses_unknown_peers(capsys):
+    from xgather_bench.__main__ import main
+    with pytest.raises(SystemExit):
+        main(["crowding", "--peers", "tensorflow"])
+    assert "unknown peers ['tensorflow']" in capsys.readouterr().err
 
 
 def test_the_eager_bench_checks_each_result_before_timing(monkeypatch):

@@ -64,7 +64,10 @@ def test_first_screen_has_the_two_commands():
 
 def test_readme_is_short_and_speaks_of_the_project_only():
     assert len(README.encode()) <= 12 * 1024
-    for name, text in SOURCES.items():
+    # The docstrings too: they are what help() and the API page show.
+    code = {str(p.relative_to(ROOT)): p.read_text()
+            for folder in ("xgather", "bench") for p in sorted((ROOT / folder).rglob("*.py"))}
+    for name, text in {**SOURCES, **code}.items():
         found = re.findall(r"\b(?:issue|ticket|task) ?#?\d+", text, re.I)
         assert not found, (name, found)
 
