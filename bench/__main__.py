@@ -28,6 +28,10 @@ from . import record as rec
 from . import roof, stats, systems
 from .workloads import SIZES, WORKLOADS, default_keys, default_size
 
+# About how long one sample lasts (calls per sample set by lax): at 0.03 s, the pair's
+# per-round ratios spread 2-5x wider on W1 and W7 than at 0.1 s (docs/benchmark.md).
+SAMPLE_S = 0.06
+
 
 class _Progress:
     """Progress on stderr: rewritten in place on a terminal, one line per step in a log.
@@ -222,7 +226,7 @@ def run(args) -> dict:
             first[name] = time.perf_counter() - t0
             fn()
         ref_system = "lax" if "lax" in fns else next(iter(fns))
-        reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else 0.03)
+        reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else SAMPLE_S)
         def rounds_note(what, prefix=prefix):
             return lambda r: progress.note(f"{prefix}{what} {r}/{args.repeats}")
 

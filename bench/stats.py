@@ -36,10 +36,20 @@ def time_batch(fn: Callable[[], object], reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def calibrate(fn: Callable[[], object], target_s: float = 0.02, max_reps: int = 1000) -> int:
-    """Calls per sample so that one sample lasts about ``target_s`` (median of 3 calls)."""
-    t = median([time_batch(fn, 1) for _ in range(3)])
-    return max(1, min(max_reps, int(target_s / max(t, 1e-7))))
+def calibrate(fn: Callable[[], object], target_s: float = 0.02, max_reps: int = 4000,
+              probe_s: float = 0.002) -> int:
+    """Calls per sample so that one sample lasts about ``target_s``.
+
+    A call's time is the median of 3 batches of back-to-back calls, each batch at least
+    ``probe_s`` long, after a warm call: single calls right after another system ran
+    read 2-3x slow, and set as few as a third of the calls (short samples spread more).
+    """
+    fn()
+    n = 1
+    while n < max_reps and time_batch(fn, n) * n < probe_s:
+        n *= 4
+    t = median([time_batch(fn, n) for _ in range(3)])
+    return max(1, min(max_reps, int(target_s / max(t, 1e-9))))
 
 
 def common_reps(fns: dict[str, Callable[[], object]], reference: str, target_s: float,

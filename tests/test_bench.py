@@ -32,6 +32,17 @@ def test_common_reps_are_equal_unless_a_system_is_slow():
     assert reps["fast"] == reps["also"] > 1 and reps["slow"] == 1
 
 
+def test_calibrate_reads_warm_batches_not_cold_first_calls():
+    import time
+    calls = []
+
+    def fn():  # two cold calls (another system ran before), then 0.5 ms each
+        calls.append(1)
+        time.sleep(0.02 if len(calls) <= 2 else 0.0005)
+    n = stats.calibrate(fn, target_s=0.01)
+    assert 8 <= n <= 20, n  # 0.01 s over 0.5-1 ms calls; a cold call would set 1
+
+
 def test_interleaved_rounds_visit_every_system_each_round():
     order = []
     fns = {k: (lambda k=k: order.append(k)) for k in "abcd"}
