@@ -3,7 +3,7 @@
 Usage::
 
     xgather-bench [--quick | --large | --size gpu] [--workloads W1,W3]
-                  [--systems xgather,lax,torch] [--device cpu|gpu] [--repeats 15]
+                  [--systems xgather,lax,torch] [--device cpu|gpu] [--repeats N]
                   [--allocator keep|default|both] [--json run.json]
     xgather-bench compare A.json B.json
     xgather-bench plot RECORD.json --out ratios.png
@@ -28,9 +28,12 @@ from . import record as rec
 from . import roof, stats, systems
 from .workloads import SIZES, WORKLOADS, default_keys, default_size
 
-# About how long one sample lasts (calls per sample set by lax): at 0.03 s, the pair's
-# per-round ratios spread 2-5x wider on W1 and W7 than at 0.1 s (docs/benchmark.md).
-SAMPLE_S = 0.06
+# How long one sample lasts (calls per sample set by lax), about how long a JAX system's
+# samples take in all (a peer's: half that), and the least and most rounds: as many
+# rounds as fit the budget. 15 rounds of 0.06 s left W6's paired ratio anywhere in
+# 0.74-1.10 from run to run, 150 of 0.02 s in 1.04-1.08 (docs/benchmark.md).
+TIMING = {"sample_s": 0.02, "budget_s": 2.0, "least": 15, "most": 100}
+QUICK = {"sample_s": 0.003, "budget_s": 0.1, "least": 7, "most": 30}
 
 
 class _Progress:
@@ -194,6 +197,13 @@ def run(args) -> dict:
     if device.platform == "cpu":
         device_roof = host_roof = max(device_roof, host_roof)
     on_device = ("xgather", "lax", *systems.GPU_PEERS)
+    timing = dict(QUICK if args.quick else TIMING)
+    if args.repeats:  # rounds asked for: exactly that many
+        timing.update(least=args.repeats, most=args.repeats)
+    rounds = {k: timing[k] for k in ("least", "budget_s", "most")}
+
+    def budget_of(library: str) -> float:  # the peers' figures need less precision
+        return timing["budget_s"] * (1.0 if library == "jax" else 0.5)
     results = []
     shapes = {}
     for n, key in enumerate(keys, 1):
@@ -226,23 +236,24 @@ def run(args) -> dict:
             first[name] = time.perf_counter() - t0
             fn()
         ref_system = "lax" if "lax" in fns else next(iter(fns))
-        reps = stats.common_reps(fns, ref_system, 0.01 if args.quick else SAMPLE_S)
+        reps = stats.common_reps(fns, ref_system, timing["sample_s"])
+
         def rounds_note(what, prefix=prefix):
-            return lambda r: progress.note(f"{prefix}{what} {r}/{args.repeats}")
+            return lambda r: progress.note(f"{prefix}{what} {r}")
 
         # Each library's systems in a block of their own: a figure does not depend on which
         # other libraries share the run (their threads and allocations between two samples
         # of a round slowed the checked program most; see docs/benchmark.md).
-        samples = stats.by_library(fns, args.repeats, reps, systems.library,
-                                   on_block=lambda n, total, p=prefix:
-                                   progress.note(f"{p}library {n}/{total}"))
+        samples = stats.by_library(
+            fns, reps, systems.library, **{**rounds, "budget_s": budget_of},
+            on_block=lambda n, total, p=prefix: progress.note(f"{p}library {n}/{total}"))
         pair = (rec.DEFAULT, rec.PROMISE)
         check_samples = {}
         if set(pair) <= set(fns):
             # The check cost: the pair alone, in interleaved rounds, so that noise that
             # hits a round hits both and cancels in the per-round ratio.
-            check_samples = stats.interleaved({k: fns[k] for k in pair}, args.repeats, reps,
-                                              on_round=rounds_note("check-cost round"))
+            check_samples = stats.timed_rounds({k: fns[k] for k in pair}, reps, **rounds,
+                                               on_round=rounds_note("check-cost round"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         for name in fns:
@@ -262,7 +273,8 @@ def run(args) -> dict:
                                if name in check_samples else {})})
         del fns, data, idx  # a GPU's memory holds one workload's copies at a time
         progress.done(f"{prefix}{len(set(samples))} systems, "
-                      f"{args.repeats} rounds, {time.perf_counter() - t_workload:.1f} s")
+                      f"{min(map(len, samples.values()))}-{max(map(len, samples.values()))} "
+                      f"rounds, {time.perf_counter() - t_workload:.1f} s")
     progress.close()
     return {
         "schema": rec.SCHEMA,
@@ -278,8 +290,9 @@ def run(args) -> dict:
         "first_call": "after one call of each JAX system at other shapes, and gc.collect()",
         "samples": "each library's systems in a block of their own (JAX: xgather's modes "
                    "and lax), two untimed rounds, then shuffled rounds of that library "
-                   "alone; the check cost from interleaved rounds of the default and "
-                   "promise alone",
+                   "alone, as many as fit the budget; the check cost from interleaved "
+                   "rounds of the default and promise alone, the same way",
+        "rounds": timing,
         "workloads": shapes,
         "results": results,
         "check_cost": rec.check_costs(results),
@@ -466,15 +479,15 @@ def main(argv=None) -> int:
                    "on a GPU those on the GPU)")
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
     p.add_argument("--repeats", type=_rounds, default=None,
-                   help="interleaved rounds (samples), 2 or more (default 15; 7 with --quick)")
+                   help="rounds (samples per system), 2 or more (default: as many as fit "
+                        "about 1 s of samples a system, 15 to 100; with --quick 0.1 s, 7 to "
+                        "30)")
     p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
                    help="keep: xgather.keep_large_allocations() first (the default on CPU); "
                         "default: glibc as it comes; both: each in its own process")
     p.add_argument("--json", help="write the run as a JSON record")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 7 if args.quick else 15
     if args.systems:
         unknown = sorted(set(args.systems.split(",")) - set(systems.NAMES))
         if unknown:

@@ -91,19 +91,41 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[st
     return samples
 
 
-def by_library(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str, int],
-               library: Callable[[str], str], warmup: int = 2,
+def rounds_for(sample_s: float, least: int, budget_s: float, most: int) -> int:
+    """Rounds whose samples of ``sample_s`` take about ``budget_s`` a system, within
+    ``[least, most]`` (``least`` wins where they cross)."""
+    return max(least, min(most, int(budget_s / max(sample_s, 1e-9))))
+
+
+def timed_rounds(fns: dict[str, Callable[[], object]], reps: dict[str, int], least: int,
+                 budget_s: float, most: int, warmup: int = 2,
+                 on_round=None) -> dict[str, list[float]]:
+    """``warmup`` untimed rounds, then shuffled rounds (:func:`interleaved`) as many as
+    fit ``budget_s`` of samples a system (:func:`rounds_for`), set by the longest sample.
+
+    Many short rounds, not a few long ones: the state of a shared machine drifts over
+    tens of milliseconds, and a median over many rounds lands on the common mode where
+    one over 15 lands on either (docs/benchmark.md).
+    """
+    warm = interleaved(fns, warmup, reps)
+    longest = max(median(v) * reps[k] for k, v in warm.items())
+    return interleaved(fns, rounds_for(longest, least, budget_s, most), reps, on_round)
+
+
+def by_library(fns: dict[str, Callable[[], object]], reps: dict[str, int],
+               library: Callable[[str], str], least: int,
+               budget_s: float | Callable[[str], float], most: int, warmup: int = 2,
                on_block=None) -> dict[str, list[float]]:
     """Each library's systems in a block of their own: ``warmup`` untimed rounds, then
-    ``rounds`` interleaved rounds of that library's systems alone.
+    interleaved rounds of that library's systems alone (:func:`timed_rounds`).
 
     No other library runs inside a block, so a system's figure does not depend on
     which others share the run: their threads spinning down, their freed memory and
     their cache footprint land in the untimed rounds. Inside a block the systems of
     one library (xgather's modes and ``lax``: one JAX runtime) share shuffled rounds,
     so that noise which drifts over the run hits them alike, as in the pair-alone
-    rounds of :func:`interleaved`. ``library(name)`` names a system's library; the
-    blocks run in a seeded shuffled order.
+    rounds. ``library(name)`` names a system's library; ``budget_s`` may depend on
+    it (a callable of the library's name). The blocks run in a seeded shuffled order.
     """
     groups: dict[str, list[str]] = {}
     for name in fns:
@@ -113,8 +135,8 @@ def by_library(fns: dict[str, Callable[[], object]], rounds: int, reps: dict[str
     samples: dict[str, list[float]] = {}
     for n, lib in enumerate(order, 1):
         block = {k: fns[k] for k in groups[lib]}
-        interleaved(block, warmup, reps)
-        samples.update(interleaved(block, rounds, reps))
+        budget = budget_s(lib) if callable(budget_s) else budget_s
+        samples.update(timed_rounds(block, reps, least, budget, most, warmup))
         if on_block:
             on_block(n, len(order))
     return {k: samples[k] for k in fns}

@@ -255,7 +255,8 @@ def test_by_library_times_each_library_alone_after_untimed_rounds():
         return lambda: calls.append(name)
     names = ["xgather", "xgather[promise]", "lax", "torch 1t", "torch 2t", "numpy"]
     reps = {n: 1 for n in names} | {"torch 2t": 2}
-    samples = stats.by_library({n: fn(n) for n in names}, 4, reps, systems.library, warmup=2)
+    samples = stats.by_library({n: fn(n) for n in names}, reps, systems.library, least=4,
+                               budget_s=0.0, most=4, warmup=2)
     assert list(samples) == names and all(len(v) == 4 for v in samples.values())
     libs = [systems.library(n) for n in calls]
     blocks = [k for k, _ in itertools.groupby(libs)]
@@ -265,6 +266,27 @@ def test_by_library_times_each_library_alone_after_untimed_rounds():
     jax_calls = [n for n in calls if systems.library(n) == "jax"]
     assert all(set(jax_calls[k:k + 3]) == {"xgather", "xgather[promise]", "lax"}
                for k in range(0, 18, 3))
+
+
+def test_rounds_fit_the_budget_within_their_bounds():
+    assert stats.rounds_for(0.01, 15, 1.0, 100) == 100  # short samples: the most
+    assert stats.rounds_for(0.02, 15, 1.0, 100) == 50
+    assert stats.rounds_for(0.25, 15, 1.0, 100) == 15  # long samples: the least
+    assert stats.rounds_for(0.0, 7, 0.1, 30) == 30
+
+
+def test_timed_rounds_are_set_by_the_longest_sample_after_untimed_rounds():
+    import time
+    calls: list[str] = []
+
+    def fn(name, s):
+        return lambda: (calls.append(name), time.sleep(s))
+    fns = {"short": fn("short", 0.0), "long": fn("long", 0.004)}
+    samples = stats.timed_rounds(fns, {"short": 1, "long": 2}, least=3, budget_s=0.1, most=50,
+                                 warmup=2)
+    n = len(samples["long"])
+    assert n == len(samples["short"]) and 3 <= n <= 12  # 0.1 s over 8+ ms samples
+    assert calls.count("long") == 2 * (2 + n)  # two untimed rounds first
 
 
 def test_library_puts_the_jax_systems_together_and_drops_thread_counts():
