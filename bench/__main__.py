@@ -134,6 +134,26 @@ def _expected_platform(device: str | None) -> str:
         "tpu" if importlib.util.find_spec(plugins[3]) else "cpu"
 
 
+def _set_cpu_dispatch(how: str) -> None:
+    """``"inline"``: XLA's CPU client runs every program on the calling thread (JAX's
+    ``jax_cpu_enable_async_dispatch=False``, read when the client starts); ``"async"``
+    (JAX's default): only those under 1000 flops, any other on its worker threads."""
+    import jax
+
+    import xgather._alloc as alloc
+    if how == "inline":
+        if alloc._backends_started():
+            raise SystemExit("xgather-bench: --cpu-dispatch inline must be set before JAX "
+                             "starts its CPU client; it has started in this process")
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+def _cpu_dispatch() -> str:
+    """What the CPU client was started with (JAX's flag, read back)."""
+    import jax
+    return "async" if jax.config.read("jax_cpu_enable_async_dispatch") else "inline"
+
+
 def run(args) -> dict:
     # OpenMP pools (torch) sleep when idle rather than spin into the next system's time.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -155,6 +175,7 @@ def run(args) -> dict:
     # before JAX starts, so that what an import starts (openvino's telemetry
     # child) is under way before anything is timed.
     systems.import_peers(peers, chosen)
+    _set_cpu_dispatch(args.cpu_dispatch)
     try:
         device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
     except RuntimeError as e:  # e.g. --device gpu where JAX has no GPU backend
@@ -287,6 +308,7 @@ def run(args) -> dict:
                         if k.startswith(("XLA_", "JAX_", "OMP_", "MKL_", "XGATHER_"))},
         "allocator": alloc.allocator_settings(),
         "x64": bool(jax.config.jax_enable_x64),
+        "cpu_dispatch": _cpu_dispatch(),
         "first_call": "after one call of each JAX system at other shapes, and gc.collect()",
         "samples": "each library's systems in a block of their own (JAX: xgather's modes "
                    "and lax), two untimed rounds, then shuffled rounds of that library "
@@ -430,6 +452,8 @@ def main(argv=None) -> int:
         p.add_argument("--peers", help="comma-separated: numpy, onnxruntime, openvino, "
                        "torch (default: all installed)")
         p.add_argument("--quick", action="store_true", help="small sizes")
+        p.add_argument("--cpu-dispatch", choices=("async", "inline"), default="async",
+                       help="as for the main job")
         p.add_argument("--json", help="write the run as a JSON record")
         a = p.parse_args(argv[1:])
         _check_json_folder(p, a.json)
@@ -445,7 +469,8 @@ def main(argv=None) -> int:
         import xgather._alloc as alloc
         if _expected_platform(None) == "cpu" and not alloc._backends_started():
             alloc.keep_large_allocations()  # before JAX starts, as in the main job
-        record = {"schema": crowding.SCHEMA, "date": _now(),
+        _set_cpu_dispatch(a.cpu_dispatch)
+        record = {"schema": crowding.SCHEMA, "date": _now(), "cpu_dispatch": _cpu_dispatch(),
                   "device": _device_info(jax.devices()[0], {}), "versions": _versions(False),
                   **crowding.run(a.repeats, peers, "quick" if a.quick else "default")}
         print(crowding.table(record))
@@ -485,6 +510,10 @@ def main(argv=None) -> int:
     p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
                    help="keep: xgather.keep_large_allocations() first (the default on CPU); "
                         "default: glibc as it comes; both: each in its own process")
+    p.add_argument("--cpu-dispatch", choices=("async", "inline"), default="async",
+                   help="async (JAX's default): XLA's CPU client runs a program of 1000 "
+                        "flops or more on its worker threads; inline: every program on the "
+                        "calling thread (jax_cpu_enable_async_dispatch=False)")
     p.add_argument("--json", help="write the run as a JSON record")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

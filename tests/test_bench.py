@@ -323,6 +323,7 @@ def test_quick_run_end_to_end(tmp_path):
     assert {"xgather", "xgather[promise]", "lax", "numpy"} <= {r["system"] for r in
                                                                rec["results"]}
     assert all(len(r["samples_s"]) == 3 and r["median_s"] > 0 for r in rec["results"])
+    assert rec["cpu_dispatch"] == "async" and rec["rounds"]["least"] == 3
     for r in rec["results"]:  # GB/s: the bytes each system's indices take, over its median
         jax32 = r["system"] in ("xgather", "xgather[promise]", "lax") and not rec["x64"]
         moved = WORKLOADS[r["workload"]].moved_bytes("quick", 4 if jax32 else 8)
@@ -438,7 +439,7 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
                            "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table",
-                           "--json", str(out)], env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                           "--cpu-dispatch", "inline", "--json", str(out)], env={**os.environ, "JAX_PLATFORMS": "cpu"},
                           capture_output=True, text=True, check=True, timeout=300)
     lines = proc.stderr.splitlines()
     assert "\r" not in proc.stderr
@@ -449,6 +450,7 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     # the record of that run: schema 2, with the check cost and the new device fields
     rec = record.load(out)
     assert rec["schema"] == "xgather-bench/2"
+    assert rec["cpu_dispatch"] == "inline"  # read back from JAX once its CPU client started
     assert [(c["workload"], c["rounds"]) for c in rec["check_cost"]] == [("W8", 3), ("W3", 3)]
     assert all(c["ratio"] > 0 and c["first_call_ratio"] > 0 for c in rec["check_cost"])
     assert rec["workloads"]["W3"] == {"data": [512, 1024], "indices": [512],
@@ -728,6 +730,16 @@ def test_the_crowding_bench_plain_program_is_the_spec_gather_and_its_flag():
         assert bool(flag) == bad
         if not bad:  # rows by the spec's rule: negative counts from the end
             np.testing.assert_array_equal(got, np.stack([data[k % 5] for k in idx]))
+
+
+def test_inline_dispatch_is_refused_once_jax_has_started(capsys):
+    import jax
+    jax.devices()  # this process's CPU client has started
+    from xgather_bench.__main__ import main
+    with pytest.raises(SystemExit, match="before JAX starts its CPU client"):
+        main(["crowding", "--quick", "--repeats", "2", "--peers", "numpy",
+              "--cpu-dispatch", "inline"])
+    assert jax.config.read("jax_cpu_enable_async_dispatch")
 
 
 def test_the_crowding_bench_refuses_unknown_peers(capsys):
