@@ -380,6 +380,21 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
+def _report(module, fields: dict, path: str | None) -> int:
+    """A side command's record (``module``: eager, crowding): its schema, the date, the
+    device and versions, then ``fields``; its table printed, the record written to
+    ``path`` where one is named."""
+    import jax
+    record = {"schema": module.SCHEMA, "date": _now(),
+              "device": _device_info(jax.devices()[0], {}), "versions": _versions(False),
+              **fields}
+    print(module.table(record))
+    if path:
+        module.save(record, path)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def _load(parser, path: str) -> dict:
     """A record, or the parser's one-line error (exit code 2) naming the file and why."""
     try:
@@ -432,17 +447,9 @@ def main(argv=None) -> int:
         if a.calls < 1:
             p.error(f"--calls must be 1 or more; got {a.calls}")
         _check_json_folder(p, a.json)
-        import jax
 
         from . import eager
-        record = {"schema": eager.SCHEMA, "date": _now(),
-                  "device": _device_info(jax.devices()[0], {}), "versions": _versions(False),
-                  **eager.run(a.repeats, a.calls)}
-        print(eager.table(record))
-        if a.json:
-            eager.save(record, a.json)
-            print(f"wrote {a.json}", file=sys.stderr)
-        return 0
+        return _report(eager, eager.run(a.repeats, a.calls), a.json)
     if argv[:1] == ["crowding"]:
         p = argparse.ArgumentParser(
             prog="xgather-bench crowding", description="W1 beside one peer library at a "
@@ -464,20 +471,13 @@ def main(argv=None) -> int:
             p.error(f"unknown peers {unknown}; choose from {', '.join(crowding.PEERS)}")
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the main job
         _no_fork()
-        import jax
 
         import xgather._alloc as alloc
         if _expected_platform(None) == "cpu" and not alloc._backends_started():
             alloc.keep_large_allocations()  # before JAX starts, as in the main job
         _set_cpu_dispatch(a.cpu_dispatch)
-        record = {"schema": crowding.SCHEMA, "date": _now(), "cpu_dispatch": _cpu_dispatch(),
-                  "device": _device_info(jax.devices()[0], {}), "versions": _versions(False),
-                  **crowding.run(a.repeats, peers, "quick" if a.quick else "default")}
-        print(crowding.table(record))
-        if a.json:
-            crowding.save(record, a.json)
-            print(f"wrote {a.json}", file=sys.stderr)
-        return 0
+        run_ = crowding.run(a.repeats, peers, "quick" if a.quick else "default")
+        return _report(crowding, {"cpu_dispatch": _cpu_dispatch(), **run_}, a.json)
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")
