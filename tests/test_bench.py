@@ -464,7 +464,8 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
                            "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table",
                            "--cpu-dispatch", "inline", "--json", str(out)],
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, check=True, timeout=300)
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                          text=True, check=True, timeout=300)
     lines = proc.stderr.splitlines()
     assert "\r" not in proc.stderr
     assert [ln.split(":")[0] for ln in lines if ln.startswith("[")] == [
