@@ -259,19 +259,22 @@ def run(args) -> dict:
         ref_system = "lax" if "lax" in fns else next(iter(fns))
         reps = stats.common_reps(fns, ref_system, timing["sample_s"])
 
+        def rounds_note(what, prefix=prefix):
+            return lambda r: progress.note(f"{prefix}{what} {r}")
+
         # Each library's systems in a block of their own: a figure does not depend on which
         # other libraries share the run (their threads and allocations between two samples
-        # of a round slowed the checked program most; see docs/benchmark.md). The check
-        # cost: the pair in turns of its own, inside the JAX block's rounds, so that noise
-        # that hits a round hits both (it cancels in the per-round ratio) and the run's
-        # drift hits the pair's samples and the main table's alike.
-        pair = (rec.DEFAULT, rec.PROMISE)
-        side = {k: fns[k] for k in pair} if set(pair) <= set(fns) else None
-        blocks = stats.by_library(
+        # of a round slowed the checked program most; see docs/benchmark.md).
+        samples = stats.by_library(
             fns, reps, systems.library, **{**rounds, "budget_s": budget_of},
-            on_block=lambda n, total, p=prefix: progress.note(f"{p}library {n}/{total}"),
-            side=side, side_library="jax")
-        samples, check_samples = blocks if side else (blocks, {})
+            on_block=lambda n, total, p=prefix: progress.note(f"{p}library {n}/{total}"))
+        pair = (rec.DEFAULT, rec.PROMISE)
+        check_samples = {}
+        if set(pair) <= set(fns):
+            # The check cost: the pair alone, in interleaved rounds, so that noise that
+            # hits a round hits both and cancels in the per-round ratio.
+            check_samples = stats.timed_rounds({k: fns[k] for k in pair}, reps, **rounds,
+                                               on_round=rounds_note("check-cost round"))
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         for name in fns:
@@ -309,8 +312,8 @@ def run(args) -> dict:
         "first_call": "after one call of each JAX system at other shapes, and gc.collect()",
         "samples": "each library's systems in a block of their own (JAX: xgather's modes "
                    "and lax), two untimed rounds, then shuffled rounds of that library "
-                   "alone, as many as fit the budget; the check cost from turns of the "
-                   "default and promise alone inside the JAX block's rounds",
+                   "alone, as many as fit the budget; the check cost from interleaved "
+                   "rounds of the default and promise alone, the same way",
         "rounds": timing,
         "workloads": shapes,
         "results": results,

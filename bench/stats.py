@@ -97,60 +97,35 @@ def rounds_for(sample_s: float, least: int, budget_s: float, most: int) -> int:
     return max(least, min(most, int(budget_s / max(sample_s, 1e-9))))
 
 
-def grouped(groups: list[dict[str, Callable[[], object]]], rounds: int, reps: dict[str, int],
-            rng: random.Random, on_round=None) -> list[dict[str, list[float]]]:
-    """``rounds`` rounds of several groups of systems: in each, the groups in a shuffled
-    order and each group's systems in a shuffled order. Each group keeps its own samples
-    (a system in two groups is sampled in each), so that drift over the run hits every
-    group alike while a group's samples come from its own turns."""
-    out: list[dict[str, list[float]]] = [{k: [] for k in g} for g in groups]
-    for r in range(rounds):
-        for g in rng.sample(range(len(groups)), len(groups)):
-            for name in rng.sample(list(groups[g]), len(groups[g])):
-                out[g][name].append(time_batch(groups[g][name], reps[name]))
-        if on_round:
-            on_round(r + 1)
-    return out
-
-
 def timed_rounds(fns: dict[str, Callable[[], object]], reps: dict[str, int], least: int,
-                 budget_s: float, most: int, warmup: int = 2, on_round=None,
-                 side: dict[str, Callable[[], object]] | None = None):
-    """``warmup`` untimed rounds, then shuffled rounds as many as fit ``budget_s`` of
-    samples a system (:func:`rounds_for`), set by the longest sample. With ``side``
-    (another group, e.g. a pair timed in rounds of its own), each round also holds a
-    turn of ``side``'s systems (:func:`grouped`), and the result is ``(samples,
-    side_samples)``.
+                 budget_s: float, most: int, warmup: int = 2,
+                 on_round=None) -> dict[str, list[float]]:
+    """``warmup`` untimed rounds, then shuffled rounds (:func:`interleaved`) as many as
+    fit ``budget_s`` of samples a system (:func:`rounds_for`), set by the longest sample.
 
     Many short rounds, not a few long ones: the state of a shared machine drifts over
     tens of milliseconds, and a median over many rounds lands on the common mode where
     one over 15 lands on either (docs/benchmark.md).
     """
-    groups = [fns] + ([side] if side else [])
-    rng = random.Random(0)
-    warm = grouped(groups, warmup, reps, rng)
-    longest = max(median(v) * reps[k] for g in warm for k, v in g.items())
-    out = grouped(groups, rounds_for(longest, least, budget_s, most), reps, rng, on_round)
-    return (out[0], out[1]) if side else out[0]
+    warm = interleaved(fns, warmup, reps)
+    longest = max(median(v) * reps[k] for k, v in warm.items())
+    return interleaved(fns, rounds_for(longest, least, budget_s, most), reps, on_round)
 
 
 def by_library(fns: dict[str, Callable[[], object]], reps: dict[str, int],
                library: Callable[[str], str], least: int,
                budget_s: float | Callable[[str], float], most: int, warmup: int = 2,
-               on_block=None, side: dict[str, Callable[[], object]] | None = None,
-               side_library: str | None = None):
+               on_block=None) -> dict[str, list[float]]:
     """Each library's systems in a block of their own: ``warmup`` untimed rounds, then
-    shuffled rounds of that library's systems alone (:func:`timed_rounds`).
+    interleaved rounds of that library's systems alone (:func:`timed_rounds`).
 
     No other library runs inside a block, so a system's figure does not depend on
     which others share the run: their threads spinning down, their freed memory and
     their cache footprint land in the untimed rounds. Inside a block the systems of
     one library (xgather's modes and ``lax``: one JAX runtime) share shuffled rounds,
-    so that noise which drifts over the run hits them alike. ``library(name)`` names a
-    system's library; ``budget_s`` may depend on it (a callable of the library's name).
-    ``side`` (with ``side_library``): a group timed in turns of its own inside that
-    library's rounds; then the result is ``(samples, side_samples)``. The blocks run in
-    a seeded shuffled order.
+    so that noise which drifts over the run hits them alike, as in the pair-alone
+    rounds. ``library(name)`` names a system's library; ``budget_s`` may depend on
+    it (a callable of the library's name). The blocks run in a seeded shuffled order.
     """
     groups: dict[str, list[str]] = {}
     for name in fns:
@@ -158,20 +133,13 @@ def by_library(fns: dict[str, Callable[[], object]], reps: dict[str, int],
     order = list(groups)
     random.Random(0).shuffle(order)
     samples: dict[str, list[float]] = {}
-    side_samples: dict[str, list[float]] = {}
     for n, lib in enumerate(order, 1):
         block = {k: fns[k] for k in groups[lib]}
         budget = budget_s(lib) if callable(budget_s) else budget_s
-        if side and lib == side_library:
-            got, side_samples = timed_rounds(block, reps, least, budget, most, warmup,
-                                             side=side)
-        else:
-            got = timed_rounds(block, reps, least, budget, most, warmup)
-        samples.update(got)
+        samples.update(timed_rounds(block, reps, least, budget, most, warmup))
         if on_block:
             on_block(n, len(order))
-    ordered = {k: samples[k] for k in fns}
-    return (ordered, side_samples) if side else ordered
+    return {k: samples[k] for k in fns}
 
 
 def paired_ratio(a, b) -> float:

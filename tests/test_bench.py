@@ -268,30 +268,6 @@ def test_by_library_times_each_library_alone_after_untimed_rounds():
                for k in range(0, 18, 3))
 
 
-def test_a_side_group_takes_turns_of_its_own_inside_its_librarys_rounds():
-    calls: list[tuple[str, str]] = []
-
-    def fn(group, name):
-        return lambda: calls.append((group, name))
-    main = {n: fn("main", n) for n in ("xgather", "xgather[promise]", "lax")}
-    main["numpy"] = fn("main", "numpy")
-    side = {n: fn("side", n) for n in ("xgather", "xgather[promise]")}
-    samples, side_samples = stats.by_library(
-        main, dict.fromkeys(main, 1), systems.library, least=5, budget_s=0.0, most=5,
-        warmup=1, side=side, side_library="jax")
-    assert set(side_samples) == set(side) and all(len(v) == 5 for v in side_samples.values())
-    assert all(len(v) == 5 for v in samples.values())
-    jax_calls = [c for c in calls if c[1] != "numpy"]
-    assert len(jax_calls) == 6 * 5  # 1 untimed + 5 timed rounds of 3 + 2 turns
-    turns = [(g, len(list(run))) for g, run in itertools.groupby(jax_calls, key=lambda c: c[0])]
-    # each round: the main group's three and the side's two, each in one turn
-    assert sum(k for g, k in turns if g == "side") == 12 and all(
-        k % 2 == 0 for g, k in turns if g == "side")
-    assert ("main", 3) in turns and ("side", 2) in turns
-    libs = [systems.library(name) for _, name in calls]
-    assert [k for k, _ in itertools.groupby(libs)] in (["jax", "numpy"], ["numpy", "jax"])
-
-
 def test_rounds_fit_the_budget_within_their_bounds():
     assert stats.rounds_for(0.01, 15, 1.0, 100) == 100  # short samples: the most
     assert stats.rounds_for(0.02, 15, 1.0, 100) == 50
