@@ -505,8 +505,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
     p.add_argument("--repeats", type=_rounds, default=None,
                    help="rounds (samples per system), 2 or more (default: as many as fit "
-                        "about 1 s of samples a system, 15 to 100; with --quick 0.1 s, 7 to "
-                        "30)")
+                        "about 2 s of samples a JAX system and 1 s a peer, 15 to 100; with "
+                        "--quick a twentieth of that, 7 to 30)")
     p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
                    help="keep: xgather.keep_large_allocations() first (the default on CPU); "
                         "default: glibc as it comes; both: each in its own process")
