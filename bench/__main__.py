@@ -10,6 +10,7 @@ Usage::
     xgather-bench sharded [--devices 8] [--quick]
     xgather-bench eager [--repeats 25] [--calls 200] [--json eager.json]
     xgather-bench crowding [--repeats 40] [--peers onnxruntime,openvino] [--json c.json]
+    xgather-bench check [--workloads W1,M1] [--device gpu] [--quick] [--json check.json]
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from .workloads import SIZES, WORKLOADS, default_keys, default_size
 # 0.74-1.10 from run to run, 150 of 0.02 s in 1.04-1.08 (docs/benchmark.md).
 TIMING = {"sample_s": 0.02, "budget_s": 2.0, "least": 15, "most": 100}
 QUICK = {"sample_s": 0.003, "budget_s": 0.1, "least": 7, "most": 30}
+#: Calls per pipelined sample of the check cost, then one wait (as a training loop runs).
+PIPELINE = 10
 
 
 class _Progress:
@@ -269,12 +272,19 @@ def run(args) -> dict:
             fns, reps, systems.library, **{**rounds, "budget_s": budget_of},
             on_block=lambda n, total, p=prefix: progress.note(f"{p}library {n}/{total}"))
         pair = (rec.DEFAULT, rec.PROMISE)
-        check_samples = {}
+        check_samples, pipelined_samples = {}, {}
         if set(pair) <= set(fns):
             # The check cost: the pair alone, in interleaved rounds, so that noise that
             # hits a round hits both and cancels in the per-round ratio.
             check_samples = stats.timed_rounds({k: fns[k] for k in pair}, reps, **rounds,
                                                on_round=rounds_note("check-cost round"))
+            # ... and pipelined: PIPELINE calls, then one wait, as a training loop runs.
+            piped = {k: (lambda f=fns[k]: f.pipelined(PIPELINE)) for k in pair}
+            piped_reps = {k: max(1, reps[k] // PIPELINE) for k in pair}
+            pipelined_samples = {
+                k: [s / PIPELINE for s in v] for k, v in stats.timed_rounds(
+                    piped, piped_reps, **rounds,
+                    on_round=rounds_note("pipelined check-cost round")).items()}
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         for name in fns:
@@ -290,7 +300,8 @@ def run(args) -> dict:
                             "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
                             "first_call_s": first[name], "reps": reps[name],
                             "allocator": args.allocator,
-                            **({"check_samples_s": check_samples[name]}
+                            **({"check_samples_s": check_samples[name],
+                                "pipelined_samples_s": pipelined_samples[name]}
                                if name in check_samples else {})})
         del fns, data, idx  # a GPU's memory holds one workload's copies at a time
         progress.done(f"{prefix}{len(set(samples))} systems, "
@@ -313,7 +324,8 @@ def run(args) -> dict:
         "samples": "each library's systems in a block of their own (JAX: xgather's modes "
                    "and lax), two untimed rounds, then shuffled rounds of that library "
                    "alone, as many as fit the budget; the check cost from interleaved "
-                   "rounds of the default and promise alone, the same way",
+                   "rounds of the default and promise alone, the same way, blocked (each "
+                   f"call waits) and pipelined ({PIPELINE} calls, then one wait)",
         "rounds": timing,
         "workloads": shapes,
         "results": results,
@@ -478,6 +490,38 @@ def main(argv=None) -> int:
         _set_cpu_dispatch(a.cpu_dispatch)
         run_ = crowding.run(a.repeats, peers, "quick" if a.quick else "default")
         return _report(crowding, {"cpu_dispatch": _cpu_dispatch(), **run_}, a.json)
+    if argv[:1] == ["check"]:
+        p = argparse.ArgumentParser(
+            prog="xgather-bench check", description="what the spec's default check costs: "
+            "promise, the deferred default and sync=True, blocked and pipelined, first calls "
+            "and a call's host time")
+        p.add_argument("--workloads", help="comma-separated keys (default: the main job's)")
+        p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
+        p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+        p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
+        p.add_argument("--cpu-dispatch", choices=("async", "inline"), default="async",
+                       help="as for the main job")
+        p.add_argument("--json", help="write the run as a JSON record")
+        a = p.parse_args(argv[1:])
+        _check_json_folder(p, a.json)
+        keys = a.workloads.split(",") if a.workloads else None
+        unknown = sorted(set(keys or ()) - set(WORKLOADS))
+        if unknown:
+            p.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+        _set_cpu_dispatch(a.cpu_dispatch)
+        import jax
+
+        from . import check
+        try:
+            device = jax.devices(a.device)[0] if a.device else jax.devices()[0]
+        except RuntimeError as e:
+            raise SystemExit(f"xgather-bench: no {a.device} device for JAX: {e}") from None
+        timing = dict(QUICK if a.quick else TIMING)
+        if a.repeats:
+            timing.update(least=a.repeats, most=a.repeats)
+        run_ = check.run(keys, "quick" if a.quick else None, device, timing,
+                         lambda msg: print(msg, file=sys.stderr))
+        return _report(check, {"cpu_dispatch": _cpu_dispatch(), **run_}, a.json)
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")

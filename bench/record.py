@@ -62,6 +62,8 @@ def check_costs(results: list[dict]) -> list[dict]:
     with other systems in the run, whose threads and allocations between the two
     samples of a round add noise that does not cancel), those samples are used,
     and ``rounds_of`` says so (``"the pair alone"``, else ``"every system"``).
+    ``ratio_pipelined``: the same from rounds of ``PIPELINE`` calls then one wait
+    (where the run timed them), as a training loop runs.
     ``context``: ``"model step"`` where the gather runs inside a step (``M1``-``M4``),
     the cost a model pays; ``"op alone"`` for a gather timed back to back with itself.
     """
@@ -82,7 +84,13 @@ def check_costs(results: list[dict]) -> list[dict]:
                     "rounds": len(r[key]),
                     "rounds_of": "the pair alone" if alone else "every system",
                     "context": "model step" if r.get("step") else "op alone",
-                    "first_call_ratio": r["first_call_s"] / b["first_call_s"]})
+                    "first_call_ratio": r["first_call_s"] / b["first_call_s"],
+                    **({"ratio_pipelined": stats.paired_ratio(r["pipelined_samples_s"],
+                                                              b["pipelined_samples_s"]),
+                        "spread_pipelined": stats.paired_spread(r["pipelined_samples_s"],
+                                                                b["pipelined_samples_s"])}
+                       if "pipelined_samples_s" in r and "pipelined_samples_s" in b
+                       else {})})
     return out
 
 
@@ -142,14 +150,18 @@ def table(record: dict) -> str:
         lines += ["", f"check cost: {DEFAULT} (the spec's default) / {PROMISE}, median of "
                   "per-round ratios" + (" (rounds of the pair alone)" if alone else "")
                   + "; first call: trace, compile and run",
-                  f"{'workload':<34} {'system':<{sw}} {'default/promise':>15} {'spread':>7} "
-                  f"{'first call':>10}  context"]
+                  f"{'workload':<34} {'system':<{sw}} {'blocked':>8} {'spread':>7} "
+                  f"{'pipelined':>9} {'spread':>7} {'first call':>10}  context"]
         titles = {r["workload"]: r["title"] for r in record["results"]}
         for c in costs:
             name = f"{c['workload']} {titles.get(c['workload'], '')}"
-            lines.append(f"{name:<34} {c['system']:<{sw}} {c['ratio']:15.2f} "
-                         f"{100 * c['spread']:6.1f}% {c['first_call_ratio']:10.2f}  "
+            piped = (f"{c['ratio_pipelined']:9.2f} {100 * c['spread_pipelined']:6.1f}%"
+                     if "ratio_pipelined" in c else f"{'':>9} {'':>7}")
+            lines.append(f"{name:<34} {c['system']:<{sw}} {c['ratio']:8.2f} "
+                         f"{100 * c['spread']:6.1f}% {piped} {c['first_call_ratio']:10.2f}  "
                          f"{c.get('context', 'op alone')}")
+        lines.append("blocked: each call waits for its result; pipelined: 10 calls, then one "
+                     "wait, as a training loop runs")
     return "\n".join(lines)
 
 

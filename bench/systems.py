@@ -95,11 +95,13 @@ def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), **kw) -> Run
     if (mode or "error") == "error" and w.op != "openvino.gather7":
         f = xgather.checked(f)
     if grad_scatter is None:
-        return lambda: jax.block_until_ready(f(d, i, *extra))
-
-    def run():
-        with xgather.grad_scatter(grad_scatter):
+        def run():
             return jax.block_until_ready(f(d, i, *extra))
+    else:
+        def run():
+            with xgather.grad_scatter(grad_scatter):
+                return jax.block_until_ready(f(d, i, *extra))
+    run.pipelined = lambda n: jax.block_until_ready([f(d, i, *extra) for _ in range(n)][-1])
     return run
 
 

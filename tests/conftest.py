@@ -44,3 +44,14 @@ def pytest_collection_modifyitems(items):
         return item.get_closest_marker("subprocess") is not None or \
             item.get_closest_marker("slow") is not None
     items.sort(key=lambda item: not long(item))
+
+
+@pytest.fixture(autouse=True)
+def _no_unread_check_failures():
+    """A test leaves no failure of ``xgather.checked`` unread in its thread."""
+    import xgather
+    yield
+    try:
+        xgather.raise_if_error()
+    except Exception as err:  # noqa: BLE001 - whatever it is, the test left it
+        pytest.fail(f"the test left an unread failure of xgather.checked: {err}")

@@ -203,7 +203,7 @@ def test_indices_at_the_ends_of_their_type(mode):
             xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i)))(data, ok),
             ref.gather(data, ok))
         with pytest.raises(xgather.OutOfBoundsError, match=rf"index {lo} at indices\[0\]"):
-            xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i)))(data, idx)
+            xgather.checked(sync=True)(jax.jit(lambda d, i: xgather.onnx.gather(d, i)))(data, idx)
         return
     got = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i, mode=mode,
                                                                     fill_value=-1.0)))(data, idx)
@@ -322,7 +322,7 @@ def test_indices_beyond_int32_are_reported_as_given(idx, where, count):
         with pytest.raises(xgather.OutOfBoundsError, match=msg):
             xgather.onnx.gather(data, idx)
     with pytest.raises(xgather.OutOfBoundsError, match=msg):
-        xgather.checked(jax.jit(lambda d: xgather.onnx.gather(d, idx)))(data)
+        xgather.checked(sync=True)(jax.jit(lambda d: xgather.onnx.gather(d, idx)))(data)
 
 
 # Candidate data types: every type of the table above, and JAX's narrow float and int types.

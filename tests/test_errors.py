@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,7 +95,15 @@ def test_bad_input_eagerly(fn, args, kwargs, exc, pattern):
 def test_bad_input_under_checked_jit(fn, args, kwargs, exc, pattern):
     arrays = [a for a in args if isinstance(a, np.ndarray | np.generic)]
     statics = args[len(arrays):]
-    f = xgather.checked(jax.jit(lambda d, i: fn(d, i, *statics, **kwargs)))
+    f = xgather.checked(sync=True)(jax.jit(lambda d, i: fn(d, i, *statics, **kwargs)))
+    if exc is OutOfBoundsError:  # the report, then where the gather was traced, and the call
+        source = pathlib.Path(__file__).read_text().splitlines()
+        line = next(n for n, text in enumerate(source, 1) if "fn(d, i, *statics, **kw" in text)
+        line = f"{re.escape(__file__)}:{line}"
+        pattern = (pattern.removesuffix("$") + ("" if pattern.endswith("$") else ".*")
+                   + f"; the gather was traced at {line}\n"
+                   r"  in call 1 of xgather\.checked\(test_bad_input_under_checked_jit\.<locals>"
+                   r"\.<lambda>\)$")
     with pytest.raises(exc, match=pattern):
         f(*arrays)
 
@@ -135,7 +146,7 @@ def test_large_index_arrays_report_the_first_bad_index(shape, where):
     pos = ", ".join(str(int(q)) for q in np.unravel_index(at[0], shape))
     pattern = (rf"^onnx\.Gather-13: index {flat[at[0]]} at indices\[{pos}\] is out of range "
                rf"\[-10, 9\] for data axis 0 of size 10 \({len(at)} out-of-range")
-    f = xgather.checked(jax.jit(lambda d, i: G(d, i, 0)))
+    f = xgather.checked(sync=True)(jax.jit(lambda d, i: G(d, i, 0)))
     with pytest.raises(OutOfBoundsError, match=pattern):
         f(data, idx.astype(np.int32))
     with pytest.raises(OutOfBoundsError, match=pattern):
@@ -158,7 +169,7 @@ def test_every_flag_form_catches_one_bad_index(n, width, where):
     p = 0 if where == "first" else n - 1
     idx[p, 0] = 6
     want = rf"^onnx\.GatherND-13: index 6 at indices\[{p}, 0\] is out of range \[-6, 5\]"
-    f = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather_nd(d, i)))
+    f = xgather.checked(sync=True)(jax.jit(lambda d, i: xgather.onnx.gather_nd(d, i)))
     program = jax.make_jaxpr(checkify.checkify(lambda d, i: xgather.onnx.gather_nd(d, i)))
     padded = "pad[" in str(program(data, idx))
     # Above 32768 the blocks leave 1025 values, padded beside a large gather (65538 values).

@@ -89,7 +89,7 @@ def test_vjp_is_scatter_add(op, gref, kw, shape, idx):
     _, vjp = jax.vjp(lambda d: op(d, idx), data)
     np.testing.assert_allclose(vjp(cot)[0], want, rtol=1e-5, atol=1e-6)
     # Under jit, with traced indices, and vmapped over a batch of cotangents.
-    g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+    g = xgather.checked(sync=True)(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
     np.testing.assert_allclose(g(data, idx, cot), want, rtol=1e-5, atol=1e-6)
     vg = jax.vmap(lambda c: vjp(c)[0])(np.stack([cot, 2 * cot]))
     np.testing.assert_allclose(vg[1], 2 * want, rtol=1e-5, atol=1e-6)
@@ -153,7 +153,7 @@ def test_out_of_range_gradients(mode):
 
 
 def test_checked_grad_composes():
-    f = xgather.checked(jax.jit(jax.grad(lambda d, i: (xgather.onnx.gather_nd(d, i) ** 2).sum())))
+    f = xgather.checked(sync=True)(jax.jit(jax.grad(lambda d, i: (xgather.onnx.gather_nd(d, i) ** 2).sum())))
     data = jnp.arange(6.0).reshape(2, 3)
     np.testing.assert_allclose(f(data, jnp.array([[1, -1], [1, 2]])),
                                [[0, 0, 0], [0, 0, 20.0]])
@@ -214,7 +214,7 @@ def test_half_precision_vjp_is_the_sum_rounded_once(op, gref, kw, shape, idx, dt
     got = vjp(jnp.asarray(cot, dtype))[0]
     assert got.dtype == dtype
     np.testing.assert_array_equal(np.asarray(got), want)
-    g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+    g = xgather.checked(sync=True)(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
     np.testing.assert_array_equal(np.asarray(g(data, idx, jnp.asarray(cot, dtype))), want)
 
 
@@ -234,7 +234,7 @@ def test_half_precision_hot_rows(dtype):
                       (functools.partial(xgather.openvino.gather, axis=0), 1.0)]:
         data = jnp.zeros(shape, dtype)
         want = (exact * scale).astype(dtype)
-        grad = xgather.checked(jax.jit(jax.grad(
+        grad = xgather.checked(sync=True)(jax.jit(jax.grad(
             lambda d, i, op=op: (op(d, i).astype(jnp.float32) * cot).sum())))(data, idx)
         assert grad.dtype == dtype
         np.testing.assert_array_equal(np.asarray(grad), want)
@@ -288,7 +288,7 @@ def test_reverse_mode_through_a_loop_is_exact_for_in_range_negative_indices():
                for i in idx)
     with pytest.warns(xgather.UncheckedWarning, match=r"onnx\.GatherElements-13: its "
                       r'mode="error" check is traced in a lax\.scan'):
-        g = xgather.checked(jax.jit(jax.grad(_scan_loss(op))))(data, idx)
+        g = xgather.checked(sync=True)(jax.jit(jax.grad(_scan_loss(op))))(data, idx)
     np.testing.assert_array_equal(np.asarray(g), want)
 
 
@@ -300,7 +300,7 @@ def test_reverse_mode_through_a_loop_drops_the_check_as_documented():
     for loss in (_scan_loss(op),
                  lambda d, i: jax.lax.map(lambda ii: op(d, ii), i).sum()):
         with pytest.warns(xgather.UncheckedWarning):
-            xgather.checked(jax.jit(jax.grad(loss)))(np.zeros((1, 3), np.float32), bad)
+            xgather.checked(sync=True)(jax.jit(jax.grad(loss)))(np.zeros((1, 3), np.float32), bad)
 
 
 def test_loops_keep_their_checks_outside_reverse_mode():
@@ -311,7 +311,7 @@ def test_loops_keep_their_checks_outside_reverse_mode():
     fwd = jax.jit(lambda d, i: jax.jvp(lambda x: loss(x, i), (d,), (jnp.ones_like(d),)))
     for fn in (jax.jit(loss), fwd, jax.jit(jax.grad(lambda d, i: op(d, i[1]).sum()))):
         with pytest.raises(xgather.OutOfBoundsError, match=msg):
-            xgather.checked(fn)(data, bad)  # no UncheckedWarning (warnings are errors here)
+            xgather.checked(sync=True)(fn)(data, bad)  # no UncheckedWarning (warnings are errors here)
 
 
 # -- the sorted scatter-add (xgather.grad_scatter): same gradients, sorted indices -------------
@@ -331,7 +331,7 @@ def test_sorted_scatter_vjp_is_scatter_add(op, gref, kw, shape, idx):
     with xgather.grad_scatter("sorted"):
         _, vjp = jax.vjp(lambda d: op(d, idx), data)
         np.testing.assert_allclose(vjp(cot)[0], want, rtol=1e-5, atol=1e-6)
-        g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+        g = xgather.checked(sync=True)(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
         np.testing.assert_allclose(g(data, idx, cot), want, rtol=1e-5, atol=1e-6)
         flags = _scatters(lambda d, c: jax.vjp(lambda x: op(x, idx), d)[1](c), data, cot)
     # Gathers along one axis without batch dims sort (XLA:CPU batches the rows before an
@@ -351,7 +351,7 @@ def test_sorted_scatter_is_exact_under_contention(dtype):
     want = ref.scatter_add_take(shape, idx, cot, 0).astype(dtype)
     loss = jax.grad(lambda d, i: (xgather.onnx.gather(d, i, 0).astype(jnp.float32) * cot).sum())
     with xgather.grad_scatter("sorted"):
-        got = xgather.checked(jax.jit(loss))(jnp.zeros(shape, dtype), idx)
+        got = xgather.checked(sync=True)(jax.jit(loss))(jnp.zeros(shape, dtype), idx)
     assert got.dtype == dtype
     np.testing.assert_array_equal(np.asarray(got), want)
 

@@ -22,7 +22,6 @@ from xgather import _jaxprivate, _modes
 
 def test_no_private_name_moved():
     _jaxprivate.backends_started()
-    _jaxprivate.trace_kinds()
     assert _jaxprivate.MISSING == {}, (jax.__version__, _jaxprivate.MISSING)
 
 
@@ -46,54 +45,52 @@ def test_enum_state_is_part_of_the_trace_context_and_the_jit_key():
     assert traces == ["a", "b"] and state.value == "a"
 
 
-def test_trace_kinds_tell_derivatives_apart():
+def test_loop_inside_derivative_tells_which_is_outside():
     seen = {}
 
     def probe(name):
         def f(x):
-            seen[name] = (_modes.under_derivative(), _modes.under_derivative(reverse=True))
+            seen[name] = _jaxprivate.loop_inside_derivative()
             return x * 2.0
         return f
 
+    def scan(name):
+        return lambda x: lax.scan(lambda c, _: (probe(name)(c), None), x, None, length=2)[0]
+
     probe("plain")(1.0)
     jax.jit(probe("jit"))(1.0)
-    jax.jvp(probe("jvp"), (1.0,), (1.0,))
     jax.grad(probe("grad"))(1.0)
-    jax.linearize(probe("linearize"), 1.0)
-    jax.grad(lambda x: lax.scan(lambda c, _: (probe("scan-grad")(c), None), x, None,
-                                length=2)[0])(1.0)
-    assert seen == {"plain": (False, False), "jit": (False, False), "jvp": (True, False),
-                    "grad": (True, True), "linearize": (True, True),
-                    "scan-grad": (True, True)}, seen
-    assert _jaxprivate.trace_kinds() is not None
+    scan("scan")(1.0)
+    jax.grad(scan("scan-in-grad"))(1.0)
+    jax.jvp(scan("scan-in-jvp"), (1.0,), (1.0,))
+    jax.linearize(scan("scan-in-linearize"), 1.0)
+    jax.vjp(scan("scan-in-vjp"), 1.0)
+    jax.grad(lambda x: lax.map(probe("map-in-grad"), x).sum())(jnp.ones(2))
+    jax.grad(lambda x: lax.fori_loop(0, 2, lambda i, c: probe("fori-in-grad")(c), x))(1.0)
+    lax.scan(lambda c, _: (jax.grad(probe("grad-in-scan"))(c), None), 1.0, None, length=2)
+    jax.grad(lambda x: lax.scan(lambda c, _: (jax.grad(scan("scan-in-grad-in-scan-in-grad"))(
+        c), None), x, None, length=2)[0])(1.0)
+    assert seen == {"plain": False, "jit": False, "grad": False, "scan": False,
+                    "scan-in-grad": True, "scan-in-jvp": False, "scan-in-linearize": True,
+                    "scan-in-vjp": True, "map-in-grad": True, "fori-in-grad": True,
+                    "grad-in-scan": False, "scan-in-grad-in-scan-in-grad": True}, seen
 
 
-def test_the_loop_module_is_on_the_stack_of_every_loop_body():
-    seen = []
-
-    def body(c, *_):
-        seen.append(_modes.in_loop_body())
-        return c
-
-    lax.scan(lambda c, x: (body(c), x), 0.0, jnp.zeros(2))
-    lax.map(lambda x: body(x), jnp.zeros(2))
-    lax.fori_loop(0, 2, lambda i, c: body(c), 0.0)
-    lax.while_loop(lambda c: c < 1.0, lambda c: body(c) + 1.0, 0.0)
-    outside = _modes.in_loop_body()
-    assert seen == [True] * 4 and not outside
-
-
-def test_the_checkify_module_is_on_the_stack_while_checkify_traces():
+def test_checkify_errors_are_those_of_the_innermost_checkify():
     seen = []
 
     def f(x):
-        seen.append(_modes.checks_functionalised())
+        seen.append(_jaxprivate.checkify_errors())
         return x + 1
 
     checkify.checkify(f)(1.0)
+    checkify.checkify(f, errors=checkify.float_checks)(1.0)
+    checkify.checkify(lambda x: checkify.checkify(f, errors=checkify.nan_checks)(x)[1],
+                      errors=checkify.all_checks)(1.0)
     jax.jit(f)(2.0)
     xgather.checked(f)(3.0)
-    assert seen[0] is True and seen[1] is False and all(seen[2:]), seen
+    assert seen == [checkify.user_checks, checkify.float_checks, checkify.nan_checks, None,
+                    checkify.user_checks], seen
 
 
 def test_the_sharding_type_error_is_an_exception_class():
@@ -145,10 +142,11 @@ def test_import_and_exact_results_survive_every_private_name_moving():
         import jax._src.array, jax._src.config, jax._src.core
         import numpy as np
         hidden = {(jax._src.array, "ArrayImpl"), (jax._src.config, "enum_state"),
-                  (jax._src.core, "trace_ctx"), (jax._src.core, "ShardingTypeError")}
+                  (jax._src.core, "ShardingTypeError")}
         saved = {(m, n): getattr(m, n) for m, n in hidden}
         modules = {n: sys.modules[n] for n in ("jax._src.checkify",
-                                                "jax._src.lax.control_flow.loops")}
+                                                "jax._src.lax.control_flow.loops",
+                                                "jax._src.interpreters.ad")}
         for m, n in hidden:
             delattr(m, n)
         sys.modules.update(dict.fromkeys(modules))  # None: their import fails
@@ -163,7 +161,8 @@ def test_import_and_exact_results_survive_every_private_name_moving():
             got = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i, axis=1)))(
                 data, np.array([3, -4]))
             try:
-                xgather.checked(lambda d, i: xgather.onnx.gather(d, i))(data, np.array([5]))
+                xgather.checked(lambda d, i: xgather.onnx.gather(d, i), sync=True)(
+                    data, np.array([5]))
             except xgather.OutOfBoundsError as e:
                 error = str(e)
             grad = jax.grad(lambda d: xgather.onnx.gather(d, np.array([2, 2])).sum())(data)
@@ -178,8 +177,8 @@ def test_import_and_exact_results_survive_every_private_name_moving():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[0] == str(sorted(["ArrayImpl", "ShardingTypeError", "checkify", "enum_state",
-                                   "loops", "trace_ctx"])), out.stdout
+    assert lines[0] == str(sorted(["ArrayImpl", "ShardingTypeError", "ad", "checkify",
+                                   "enum_state", "loops"])), out.stdout
     want = np.arange(12.0).reshape(3, 4)
     assert lines[1] == f"{want[:, [3, 0]].tolist()} {want[[2]].tolist()}"
     assert lines[2] == "[0.0, 0.0, 8.0]"

@@ -88,7 +88,7 @@ def test_negative_index_is_an_error(name):
     with pytest.raises(xgather.OutOfBoundsError, match=pattern):
         f(data, idx)
     with pytest.raises(xgather.OutOfBoundsError, match=pattern):
-        xgather.checked(jax.jit(f))(data, idx)
+        xgather.checked(sync=True)(jax.jit(f))(data, idx)
     with pytest.raises(IndexError):
         CASES[name][2](data, idx, negative=False)  # the reference agrees
     plan = xgather.explain(op, data, idx, **CASES[name][1], negative_indices=False)

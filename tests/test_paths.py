@@ -175,135 +175,83 @@ def test_device_flag_reports_as_the_host_check(op, data, indices, args, want):
                 op(put(data), put(indices), *args)
 
 
-def test_checked_runs_without_the_report_until_an_index_is_bad():
+def test_checked_traces_one_program_that_carries_the_report():
+    """One trace per argument structure, bad calls included: no rerun, no second program."""
     calls = []
 
     def f(d, i):
         calls.append(1)
         return G(d, i, 1).sum(axis=-1)
 
-    g = xgather.checked(f)
+    g = xgather.checked(sync=True)(f)
     data = np.arange(20, dtype=np.float32).reshape(4, 5)
-    for i in ([0, 1], [4, 3], [2, 2]):
+    for i in ([0, 1], [4, 3], [2, -2]):
         i = np.array(i, np.int32)
         np.testing.assert_allclose(g(data, i), ref.gather(data, i, 1).sum(axis=-1))
-    assert len(calls) == 1  # one trace for the fast program
     with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 5, 1, -5, 4, 1, 5)):
         g(data, np.array([0, 5], np.int32))
-    assert len(calls) == 3  # the exact program and the report's, traced on the first bad call
     two_bad = _message("onnx.Gather-13", -6, 0, -5, 4, 1, 5, count=2)
     with pytest.raises(OutOfBoundsError, match=two_bad):
         g(data, np.array([-6, 5], np.int32))
-    assert len(calls) == 3
+    assert len(calls) == 1
 
 
 @pytest.fixture
 def branch_wrap(monkeypatch):
-    """Plans whose wrap takes a branch at any size: the ones the fast programs speculate on."""
+    """Plans whose wrap takes a branch at any size."""
     monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1)
     xgather._frontend.clear_caches()
     yield
     xgather._frontend.clear_caches()
 
 
-def test_checked_speculates_until_a_negative_index_is_in_range(branch_wrap):
-    """The fast program's flag is set by any index outside [0, s-1]; an in-range negative
-    one gets the exact program's result (without the report), and that program from then
-    on, which still reports a bad index."""
+@pytest.mark.parametrize("sync", [False, True], ids=["deferred", "sync"])
+def test_checked_is_exact_for_negative_indices_where_the_wrap_branches(branch_wrap, sync):
+    """Every result is the spec's before any flag is read: in-range negative indices are
+    wrapped by the one program, which also reports a bad index."""
     calls = []
 
     def f(d, i):
         calls.append(1)
         return G(d, i, 1) * 2
 
-    g = xgather.checked(jax.jit(f))
+    g = xgather.checked(jax.jit(f), sync=sync)
     data = np.arange(20, dtype=np.float32).reshape(4, 5)
-    first = np.array([[0, 4], [1, 2]], np.int32)
-    np.testing.assert_allclose(g(data, first), 2 * ref.gather(data, first, 1))
-    assert len(calls) == 1  # the speculative program
-    negative = np.array([[-5, 4], [-1, 2]], np.int32)
-    np.testing.assert_allclose(g(data, negative), 2 * ref.gather(data, negative, 1))
-    assert len(calls) == 2  # flagged: the exact program (no report) gave the result
-    for i in (negative, first, negative[::-1]):
+    for i in ([[0, 4], [1, 2]], [[-5, 4], [-1, 2]], [[-1, -2], [3, -5]]):
+        i = np.array(i, np.int32)
         np.testing.assert_allclose(g(data, i), 2 * ref.gather(data, i, 1))
-    assert len(calls) == 2  # ... and runs from then on
     with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 5, "1, 0", -5, 4, 1,
                                                         5)):
-        g(data, np.array([[-5, 4], [5, 2]], np.int32))
-    assert len(calls) == 3  # the report's program
-
-
-def test_checked_keeps_speculating_after_a_bad_index(branch_wrap):
-    """A bad index (no in-range negative one) does not switch to the exact program."""
-    calls = []
-
-    def f(d, i):
-        calls.append(1)
-        return G(d, i)
-
-    g = xgather.checked(f)
-    data = np.arange(5, dtype=np.float32)
-    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 7, 1, -5, 4, 0, 5)):
-        g(data, np.array([1, 7], np.int32))
-    assert len(calls) == 3  # speculative, exact (flag still set), the report's
-    for i in ([0, 4], [3, 2]):
-        assert_same(g(data, np.array(i, np.int32)), ref.gather(data, i))
-    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -6, 0, -5, 4, 0, 5)):
-        g(data, np.array([-6, 4], np.int32))
-    assert len(calls) == 3
-
-
-def test_fused_wraps_do_not_speculate():
-    """Where the wrap is inside the gather, the fast program is exact: in-range negative
-    indices are neither flagged nor run twice."""
-    calls = []
-
-    def f(d, i):
-        calls.append(1)
-        return G(d, i, 1)
-
-    g = xgather.checked(f)
-    data = np.arange(20, dtype=np.float32).reshape(4, 5)
-    assert xgather.explain(G, data, np.zeros(2, np.int32), 1).wrap_pass == "fused"
-    for i in ([0, 1], [-5, -1], [4, -2]):
-        i = np.array(i, np.int32)
-        assert_same(g(data, i), ref.gather(data, i, 1))
+        g(data, np.array([[-5, 4], [5, 2]], np.int32))  # sync: raises here
+        xgather.raise_if_error()  # deferred: here
     assert len(calls) == 1
-    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -6, 1, -5, 4, 1, 5)):
-        g(data, np.array([0, -6], np.int32))
 
 
-def test_device_indices_speculate_until_a_negative_index_is_in_range(branch_wrap):
-    """Eager calls on device indices: the speculative flag first; in-range negative indices
-    take the exact program, which the signature keeps; errors are the host check's."""
+def test_device_indices_take_one_exact_program(branch_wrap):
+    """Eager calls on device indices: one program, exact for negative indices, whose flag
+    is read at the call; errors are the host check's."""
     from xgather import _apply
     data = jnp.asarray(np.arange(30, dtype=np.float32).reshape(5, 6))
     idx = np.array([0, 5, 3], np.int32)
     plan = xgather.explain(G, data, idx, 1)
     exact = _apply.flagged(plan, None, _gather.NO_HINTS, None)
-    speculative = _apply.flagged(plan, None, _gather.NO_HINTS, None, speculate=True)
-    before = exact._cache_size(), speculative._cache_size()
-    assert_same(G(data, jnp.asarray(idx), 1), ref.gather(np.asarray(data), idx, 1))
-    assert (exact._cache_size(), speculative._cache_size()) == (before[0], before[1] + 1)
-    with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", 6, 1, -6, 5, 1, 6)):
-        G(data, jnp.asarray(np.array([0, 6, 1], np.int32)), 1)
-    assert exact._cache_size() == before[0]  # a bad index: no exact program needed
-    for i in ([-6, 5, -1], [1, 2, 3], [-2, 0, 0]):
+    before = exact._cache_size()
+    for i in ([0, 5, 3], [-6, 5, -1], [1, 2, 3], [-2, 0, 0]):
         i = np.array(i, np.int32)
         assert_same(G(data, jnp.asarray(i), 1), ref.gather(np.asarray(data), i, 1))
-    assert exact._cache_size() == before[0] + 1  # kept from the first negative index on
     with pytest.raises(OutOfBoundsError, match=_message("onnx.Gather-13", -7, 2, -6, 5, 1, 6)):
         G(data, jnp.asarray(np.array([0, -6, -7], np.int32)), 1)
+    assert exact._cache_size() == before + 1
 
 
 def test_checked_reports_under_vmap_and_grad():
-    g = xgather.checked(jax.vmap(lambda d, i: G(d, i)))
+    g = xgather.checked(sync=True)(jax.vmap(lambda d, i: G(d, i)))
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
     idx = np.array([[0, -3], [2, 1]], np.int32)
     assert_same(g(data, idx), np.stack([ref.gather(data[k], idx[k]) for k in range(2)]))
     with pytest.raises(OutOfBoundsError, match="index 3 at indices"):
         g(data, np.array([[0, 1], [3, 1]], np.int32))
-    dg = xgather.checked(jax.grad(lambda d, i: (G(d, i) ** 2).sum()))
+    dg = xgather.checked(sync=True)(jax.grad(lambda d, i: (G(d, i) ** 2).sum()))
     idx = np.array([0, 0, -1], np.int32)
     d = np.arange(3, dtype=np.float32)
     np.testing.assert_allclose(dg(d, idx), ref.scatter_add_take(d.shape, idx, 2 * d[[0, 0, 2]]))
@@ -399,7 +347,7 @@ def test_both_wrap_passes_report_a_bad_index(case, where, wrap_pass):
     with pytest.raises(OutOfBoundsError, match=message):
         op(data, jnp.asarray(idx), *args)
     with pytest.raises(OutOfBoundsError, match=message):
-        xgather.checked(jax.jit(lambda d, i: op(d, i, *args)))(data, idx)
+        xgather.checked(sync=True)(jax.jit(lambda d, i: op(d, i, *args)))(data, idx)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
@@ -492,19 +440,13 @@ def test_clear_caches_forgets_every_signature():
 
 
 def test_flags_are_read_from_every_kind_of_result():
-    """``flag_set``: a CPU array through the buffer protocol, a checkify Error by its message
-    (multi-device arrays, which fall back to a copy, are read in tests/multidevice)."""
-    from jax.experimental import checkify
-
-    from xgather._apply import flag_set
+    """``flag_set``: a CPU array through the buffer protocol (multi-device arrays, which fall
+    back to a copy, are read in tests/multidevice)."""
+    from xgather._check import flag_set
     flag = jax.jit(lambda i: (jnp.max(i) > 2, i))
     assert flag_set(flag(jnp.arange(4))[0]) is True
     assert flag_set(flag(jnp.arange(3))[0]) is False
     assert flag_set(jnp.zeros((), bool)) is False
-    checks = checkify.checkify(lambda x: checkify.check(x > 0, "x must be positive"),
-                               errors=checkify.user_checks)
-    assert flag_set(checks(-1.0)[0]) is True
-    assert flag_set(checks(1.0)[0]) is False
 
 
 def test_cached_eager_calls_keep_array_kinds_and_weak_types_apart():
@@ -526,12 +468,12 @@ def test_cached_eager_calls_keep_array_kinds_and_weak_types_apart():
 
 
 def test_a_plain_jit_after_a_checked_report_still_names_the_remedies():
-    # The report program's traces (functionalised checks) are its own: a plain call of the
+    # The checked program's traces (functionalised checks) are its own: a plain call of the
     # same jitted function gets xgather's error, not JAX's "not functionalized" one.
     d = np.arange(10, dtype=np.float32)
     inner = jax.jit(lambda d, i: xgather.onnx.gather(d, i))
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 11 at indices\[0\]"):
-        xgather.checked(inner)(d, np.array([11]))
+        xgather.checked(sync=True)(inner)(d, np.array([11]))
     with pytest.raises(xgather.XGatherError, match=r"use xgather\.checked"):
         inner(d, np.array([1]))
 
@@ -544,7 +486,7 @@ def test_a_users_own_failed_check_is_not_an_index_error():
         return xgather.onnx.gather(d, i)
 
     with pytest.raises(checkify.JaxRuntimeError, match="user says no") as info:
-        xgather.checked(f)(np.arange(3.0, dtype=np.float32), np.array([1]))
+        xgather.checked(sync=True)(f)(np.arange(3.0, dtype=np.float32), np.array([1]))
     assert not isinstance(info.value, xgather.OutOfBoundsError)
 
 

@@ -2,7 +2,7 @@
 
 from xgather import bnns, labview, onnx, openvino, sharded
 from xgather._alloc import keep_large_allocations
-from xgather._apply import checked
+from xgather._check import MAX_PENDING, checked, raise_if_error, sync_checks
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
 from xgather._frontend import explain
 from xgather._grad import grad_scatter
@@ -22,6 +22,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "MAX_PENDING",
     "MODES",
     "OutOfBoundsError",
     "Plan",
@@ -38,6 +39,8 @@ __all__ = [
     "labview",
     "onnx",
     "openvino",
+    "raise_if_error",
     "set_default_mode",
     "sharded",
+    "sync_checks",
 ]

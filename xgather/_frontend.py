@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from xgather import _apply, _dtypes, _gather, _grad, _jaxprivate, _modes, _plan
+from xgather import _apply, _check, _dtypes, _gather, _grad, _jaxprivate, _modes, _plan
 from xgather._errors import XGatherTypeError, fail
 from xgather._plan import Plan
 
@@ -179,7 +179,7 @@ def settle(plan, data, indices, allowed, mode, fill_value, spec_default="error")
     sh = shapes(data, indices)
     mode = _modes.resolve(plan.op, mode, spec_default)
     fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
-    check = functools.partial(_modes.host_check, plan) if mode == "error" else None
+    check = functools.partial(_check.host_check, plan) if mode == "error" else None
     return sh, mode, fill_value, check, _dtypes.index_array(plan.op, indices, allowed, sh, check)
 
 
@@ -311,4 +311,4 @@ def explain(op, *args, **kwargs) -> Plan:
         _modes.choice(f"xgather.explain({getattr(op, '__name__', op)})", "mode", kwargs["mode"],
                       _modes.MODES)
     plan = planner(*args, **kwargs)
-    return dataclasses.replace(plan, notes=(_modes.flag_text(plan), _grad.scatter_text(plan)))
+    return dataclasses.replace(plan, notes=(_check.flag_text(plan), _grad.scatter_text(plan)))

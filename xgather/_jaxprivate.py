@@ -68,44 +68,53 @@ def enum_state(name: str, values: tuple[str, ...], default: str, help: str) -> A
         return None
 
 
-# -- jax._src.core.trace_ctx ------------------------------------------------------------------
-# The stack of traces running now. Public JAX does not say whether a function is being
-# differentiated: a custom_jvp would, but it changes what the gather lowers to.
-_trace_ctx = _read("trace_ctx", "jax._src.core", "trace_ctx")
-#: The trace classes of forward mode, and of linearization (reverse mode, ``linearize``).
-FORWARD_TRACES = frozenset({"JVPTrace"})
-LINEARIZE_TRACES = frozenset({"LinearizeTrace", "JaxprTrace"})
-
-
-def trace_kinds() -> list[str] | None:
-    """The class names of the traces running now, innermost first; None where this JAX's
-    trace stack cannot be read."""
-    if _trace_ctx is None:
-        return None
-    trace = _trace_ctx.trace
-    kinds = []
-    while trace is not None:
-        kinds.append(type(trace).__name__)
-        trace = getattr(trace, "parent_trace", None)
-    return kinds
-
-
-# -- the modules of lax's loops and of checkify ------------------------------------------------
-# Whether a scan/while body, or checkify, is tracing the caller: no public API says so. The
-# ops look for these modules' frames among their callers.
+# -- the modules of lax's loops, of reverse-mode differentiation and of checkify ----------------
+# Whether a scan/while body is traced inside a derivative, and whether a checkify is tracing
+# the caller with which errors enabled: no public API says so. The ops look for these
+# modules' frames among their callers (JAX traces a function by calling it).
 LOOPS_MODULE = "jax._src.lax.control_flow.loops"
+AD_MODULE = "jax._src.interpreters.ad"
 CHECKIFY_MODULE = "jax._src.checkify"
-for _name, _module in (("loops", LOOPS_MODULE), ("checkify", CHECKIFY_MODULE)):
+#: The functions of AD_MODULE on the stack while ``grad``/``vjp``/``linearize`` traces.
+_REVERSE = frozenset({"linearize", "vjp", "linearize_jaxpr", "linearize_subtrace"})
+for _name, _module in (("loops", LOOPS_MODULE), ("ad", AD_MODULE),
+                       ("checkify", CHECKIFY_MODULE)):
     _read(_name, _module)
+#: :func:`checkify_errors` where a checkify traces but its error set cannot be read.
+UNKNOWN: frozenset = frozenset()
 
 
-def on_stack(name: str, module: str, depth: int = 2) -> bool | None:
-    """Whether code of ``module`` is among the callers; None where the module is missing."""
-    if name in MISSING:
-        return None
+def checkify_errors(depth: int = 2):
+    """The error set of the innermost ``checkify.checkify`` tracing the caller: None where
+    none is, :data:`UNKNOWN` where its frame holds no ``errors`` (checkify then decides)."""
+    if "checkify" in MISSING:
+        fallback("checkify", "a check under a plain jax.jit fails in checkify's own words")
+        return UNKNOWN
     frame: types.FrameType | None = sys._getframe(depth)
     while frame is not None:
-        if frame.f_globals.get("__name__") == module:
+        if frame.f_globals.get("__name__") == CHECKIFY_MODULE and \
+                frame.f_code.co_name == "checked_fun":
+            errors = frame.f_locals.get("errors")
+            return errors if isinstance(errors, frozenset) else UNKNOWN
+        frame = frame.f_back
+    return None
+
+
+def loop_inside_derivative() -> bool:
+    """Whether a loop body is being traced inside a reverse-mode derivative: a frame of
+    the loops' module below the caller, and a ``grad``/``vjp``/``linearize`` frame of JAX's
+    AD module further out (a derivative taken inside the loop body is no such case)."""
+    if "loops" in MISSING or "ad" in MISSING:
+        fallback("loops", "a check traced in a differentiated loop body does not warn that "
+                 "JAX drops it")
+        return False
+    frame: types.FrameType | None = sys._getframe(2)
+    in_loop = False
+    while frame is not None:
+        module = frame.f_globals.get("__name__")
+        if module == LOOPS_MODULE:
+            in_loop = True
+        elif in_loop and module == AD_MODULE and frame.f_code.co_name in _REVERSE:
             return True
         frame = frame.f_back
     return False

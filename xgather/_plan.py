@@ -38,9 +38,6 @@ _ROW_SLICE = 8
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
               "fused": "inside the gather"}
-_SPECULATES = ("; mode=\"error\" in xgather.checked or on device indices speculates first:"
-               " no wrap, and any index outside [0, s-1] reruns exactly")
-
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -130,13 +127,6 @@ class Plan:
         return math.prod(self.out_shape) < _SEPARATE_WRAP
 
     @property
-    def speculates(self) -> bool:
-        """Whether the default mode's fast program (``xgather.checked``, device indices)
-        skips the wrap and flags every index outside ``[0, s-1]``: where the wrap would
-        take a branch of its own (see :func:`xgather._modes.flag_and_wrap`)."""
-        return self.negative and self.wrap_pass != "fused"
-
-    @property
     def bounds(self) -> Shape:
         """The size ``s`` of each addressed axis; valid indices lie in ``[-s, s-1]``."""
         return tuple(self.data_shape[a] for a in self.index_axes)
@@ -152,7 +142,7 @@ class Plan:
             + f" (for the {self.backend} backend)",
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
             + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]}"
-               f"{_SPECULATES if self.speculates else ''})" if self.negative
+               ")" if self.negative
                else " negative indices are out of range"),
             f"  lax.gather: offset_dims={dn.offset_dims}"
             f" collapsed_slice_dims={dn.collapsed_slice_dims}"

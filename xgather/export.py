@@ -67,7 +67,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _dtypes, _frontend, _gather, _grad, _jaxprivate, _modes
+from xgather import _apply, _check, _dtypes, _frontend, _gather, _grad, _jaxprivate, _modes
 from xgather._errors import XGatherError, fail
 
 #: The opsets the tests export at.
@@ -330,7 +330,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
     options.pop("out_sharding", None)  # an ONNX graph places nothing: the runtime decides
     if mode == "error":
         if not _dtypes.is_traced(indices):
-            _modes.host_check(plan, indices)  # indices known at export: the check, now
+            _check.host_check(plan, indices)  # indices known at export: the check, now
             mode = "promise_in_bounds"
         elif node and op_type:
             return _node(op_type, run, plan, data, _onnx_range(plan, jnp.asarray(indices)),

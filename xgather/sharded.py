@@ -28,7 +28,7 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from xgather import _apply, _dtypes, _grad, _modes, _plan
+from xgather import _apply, _check, _dtypes, _grad, _modes, _plan
 from xgather._dtypes import ArrayLike
 from xgather._errors import XGatherTypeError, fail
 from xgather._frontend import planned, settle, shapes
@@ -182,7 +182,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
                 fill = jnp.asarray(0 if fill_value is None else fill_value, out.dtype)
                 out = jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - q)), out, fill)
             if mode == "error":  # (its report reads a replicated copy of sharded indices)
-                _modes.check(plan, _modes.widen(plan, indices))
+                _check.emit(plan, _modes.widen(plan, indices))
             return out
 
     return jax.jit(run)

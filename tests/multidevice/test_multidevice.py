@@ -79,7 +79,7 @@ def test_plain_ops_accept_sharded_inputs(name, op, gref, dshape, make_idx, dspec
     want = gref(data, idx)
     d = put(data, mesh, dspec)
     i = put(idx, mesh, P("x") if idx.shape[0] % 8 == 0 else P())
-    f = xgather.checked(jax.jit(op, in_shardings=(d.sharding, i.sharding),
+    f = xgather.checked(sync=True)(jax.jit(op, in_shardings=(d.sharding, i.sharding),
                                 out_shardings=NamedSharding(mesh, P())))
     np.testing.assert_array_equal(np.asarray(f(d, i)), want)
 
@@ -104,14 +104,14 @@ def test_explicit_mesh_axes_ask_for_a_result_sharding(name, op, gref, dshape, ma
         idx = idx[:, :dshape[1]]
     d, i = put(data, mesh, P("x")), put(idx, mesh, P())
     rule = EXPLICIT.get(name, "inputs sharded over a mesh's Explicit axes .*AxisType\\.Auto")
-    for call in (lambda: xgather.checked(jax.jit(op))(d, i), lambda: op(d, i)):
+    for call in (lambda: xgather.checked(sync=True)(jax.jit(op))(d, i), lambda: op(d, i)):
         if rule is None:
             np.testing.assert_array_equal(np.asarray(call()), gref(data, idx))
             continue
         with pytest.raises(xgather.XGatherTypeError, match=rf"{rule}.*got data P\('x'"):
             call()
     d, i = put(data, mesh, P()), put(idx, mesh, P())
-    np.testing.assert_array_equal(np.asarray(xgather.checked(jax.jit(op))(d, i)),
+    np.testing.assert_array_equal(np.asarray(xgather.checked(sync=True)(jax.jit(op))(d, i)),
                                   gref(data, idx))
 
 
@@ -144,7 +144,7 @@ def test_out_sharding_runs_every_op_on_explicit_axes(name, op, gref, dshape, mak
     spec = P(first) if want.shape[0] % 8 == 0 else P()
     where = NamedSharding(mesh, spec)
     for call in (lambda: op(d, i, out_sharding=where),
-                 lambda: xgather.checked(jax.jit(lambda d, i: op(d, i, out_sharding=where)))(d, i)):
+                 lambda: xgather.checked(sync=True)(jax.jit(lambda d, i: op(d, i, out_sharding=where)))(d, i)):
         out = call()
         np.testing.assert_array_equal(np.asarray(out), want)
         assert out.sharding.mesh.axis_types == (AxisType.Explicit,)
@@ -186,7 +186,7 @@ def test_bound_errors_from_indices_sharded_on_explicit_axes():
     i = put(idx, mesh, P("x"))
     where = NamedSharding(mesh, P("x"))
     for dspec in (P("x"), P()):
-        f = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i, out_sharding=where)))
+        f = xgather.checked(sync=True)(jax.jit(lambda d, i: xgather.onnx.gather(d, i, out_sharding=where)))
         d = put(data, mesh, dspec)
         with pytest.raises(xgather.OutOfBoundsError,
                            match=r"index 99 at indices\[13\] is out of range \[-64, 63\]"):
@@ -293,15 +293,15 @@ def test_sharded_bound_errors_report_the_global_index():
                        match=r"^sharded\.Gather: index 64 at indices\[13\] is out of range "
                              r"\[-64, 63\] for data axis 0 of size 64"):
         xgather.sharded.gather(data, idx, mesh, "x", "x")
-    f = xgather.checked(jax.jit(lambda d, i: xgather.sharded.gather(d, i, mesh, "x", "x")))
+    f = xgather.checked(sync=True)(jax.jit(lambda d, i: xgather.sharded.gather(d, i, mesh, "x", "x")))
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 64 at indices\[13\]"):
         f(data, put(idx, mesh, P("x")))
 
 
 def test_flags_and_eager_checks_on_sharded_arrays():
     """A flag on eight devices has no single buffer to read: it is copied to the host
-    (xgather._apply.flag_set), and the eager check of sharded device indices reports."""
-    from xgather._apply import flag_set
+    (xgather._check.flag_set), and the eager check of sharded device indices reports."""
+    from xgather._check import flag_set
     mesh = mesh1()
     for value in (True, False):
         flag = put(np.array(value), mesh, P())

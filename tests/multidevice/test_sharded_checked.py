@@ -36,7 +36,7 @@ def test_checked_reports_the_bad_index(kind, jit, batch):
     def fn(t, i):
         return xgather.sharded.gather(t, i, mesh, "x", batch)
 
-    f = xgather.checked(jax.jit(fn) if jit else fn)
+    f = xgather.checked(sync=True)(jax.jit(fn) if jit else fn)
     for idx in ([0, 9, 0, 0], [15, -16, -1, 4], [3, -2, 7, 0]):  # in range: as NumPy reads them
         idx = np.array(idx, np.int32)
         np.testing.assert_array_equal(np.asarray(f(t, idx)), table[idx])
@@ -59,7 +59,7 @@ def test_checked_with_device_indices_and_a_2d_index_array(kind):
     mesh = make_mesh(kind)
     table = np.random.default_rng(1).standard_normal((8, 2)).astype(np.float32)
     t = jax.device_put(table, NamedSharding(mesh, P("x")))
-    f = xgather.checked(lambda t, i: xgather.sharded.gather(t, i, mesh, "x", "x"))
+    f = xgather.checked(sync=True)(lambda t, i: xgather.sharded.gather(t, i, mesh, "x", "x"))
     idx = np.array([[0, -1], [7, 3], [-8, 2], [1, 1]], np.int32)
     i = jax.device_put(idx, NamedSharding(mesh, P("x")))
     np.testing.assert_array_equal(np.asarray(f(t, i)), table[idx])

@@ -1,0 +1,166 @@
+"""What the spec's default check costs: ``xgather-bench check``.
+
+For each workload, three JAX systems run the same jitted function:
+
+* ``promise``: ``mode="promise_in_bounds"``, no check (the floor);
+* ``default``: the spec's default under ``xgather.checked``, which returns each
+  result without waiting for its flag (the flag is read at a later call);
+* ``sync``: the same under ``xgather.checked(f, sync=True)``, which reads the flag
+  before the call returns.
+
+Each is timed two ways, in shuffled rounds of all six: *blocked* (every call
+waits for its result, as a benchmark of one op does) and *pipelined*
+(:data:`PIPELINE` calls, then one wait, as a training loop runs). The host
+time of a call, without any wait for the result, is also timed: for
+``default`` it is the dispatch (the program queued, the flag's copy started,
+earlier flags that are ready read); ``sync`` adds the flag's read, which waits
+for the program. First calls (trace, compile, run) are timed once each, after
+one call of each system at other shapes.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+
+from . import stats, systems
+from .workloads import WORKLOADS, default_keys, default_size
+
+SCHEMA = "xgather-bench-check/1"
+#: Calls per pipelined sample before the one wait.
+PIPELINE = 10
+MODES = ("promise", "default", "sync")
+
+
+def _functions(w, d, i, extra):
+    """``{mode: f}``: the workload's jitted function in each mode, called as ``f()``.
+    OpenVINO's Gather defines an out-of-range index (zeros): no check to read there."""
+    import jax
+
+    import xgather
+    fns = {}
+    for mode in MODES:
+        if mode == "promise":
+            f = jax.jit(systems._xgather_fn(w, "promise_in_bounds", negative_indices=False))
+        else:
+            f = jax.jit(systems._xgather_fn(w, None))
+            if w.op != "openvino.gather7":
+                f = xgather.checked(f, sync=mode == "sync")
+        fns[mode] = (lambda f=f: f(d, i, *extra))
+    return fns
+
+
+def _inputs(w, data, idx, device):
+    import jax
+    d, i = systems.jax_inputs(data, idx, device)
+    extra = () if w.step is None else (jax.device_put(systems.steps.weights(w, data), device),)
+    return d, i, extra
+
+
+def _timers(fns):
+    """``{system: runner}``: each mode blocked, pipelined, and its host time alone."""
+    import jax
+    out = {}
+    for mode, f in fns.items():
+        out[f"{mode} blocked"] = lambda f=f: jax.block_until_ready(f())
+
+        def pipelined(f=f):
+            for _ in range(PIPELINE - 1):
+                f()
+            return jax.block_until_ready(f())
+        out[f"{mode} pipelined"] = pipelined
+    return out
+
+
+def _host_times(fns, calls: int) -> dict[str, float]:
+    """Median host seconds of one call returning (no wait for its result), per mode,
+    over ``calls`` calls in rounds of :data:`PIPELINE`, each round then waited for."""
+    import jax
+    times: dict[str, list[float]] = {m: [] for m in fns}
+    for _ in range(max(1, calls // PIPELINE)):
+        for mode, f in fns.items():
+            out = None
+            for _ in range(PIPELINE):
+                t0 = time.perf_counter()
+                out = f()
+                times[mode].append(time.perf_counter() - t0)
+            jax.block_until_ready(out)
+    return {m: stats.median(v) for m, v in times.items()}
+
+
+def run(keys=None, size: str | None = None, device=None, timing=None, progress=print) -> dict:
+    import jax
+    device = device or jax.devices()[0]
+    size = size or default_size(device.platform)
+    keys = keys or default_keys(device.platform)
+    timing = timing or {"sample_s": 0.02, "budget_s": 2.0, "least": 15, "most": 100}
+    results = []
+    for n, key in enumerate(keys, 1):
+        w = WORKLOADS[key]
+        t_start = time.perf_counter()
+        warm = _functions(w, *_inputs(w, *w.warmup_arrays(size), device))
+        for f in warm.values():
+            jax.block_until_ready(f())
+        data, idx = w.arrays(size)
+        fns = _functions(w, *_inputs(w, data, idx, device))
+        first = {}
+        for mode, f in fns.items():
+            gc.collect()
+            t0 = time.perf_counter()
+            jax.block_until_ready(f())
+            first[mode] = time.perf_counter() - t0
+        timers = _timers(fns)
+        reps = stats.common_reps(timers, "promise blocked", timing["sample_s"])
+        for name in timers:
+            if name.endswith("pipelined"):  # a pipelined call is PIPELINE calls
+                reps[name] = max(1, reps[name] // PIPELINE)
+        samples = stats.timed_rounds(timers, reps, timing["least"], timing["budget_s"],
+                                     timing["most"])
+        host = _host_times(fns, 20 * PIPELINE)
+        per_call = {k: [s / (PIPELINE if k.endswith("pipelined") else 1) for s in v]
+                    for k, v in samples.items()}
+        row = {"workload": key, "title": w.title, "step": w.step,
+               "shapes": {"data": list(data.shape), "indices": list(idx.shape)},
+               "checked": w.op != "openvino.gather7",
+               "median_s": {k: stats.median(v) for k, v in per_call.items()},
+               "samples_s": per_call, "rounds": len(samples["promise blocked"]),
+               "first_call_s": first, "host_call_s": host}
+        for shape in ("blocked", "pipelined"):
+            for mode in ("default", "sync"):
+                row[f"{mode}/promise {shape}"] = stats.paired_ratio(
+                    samples[f"{mode} {shape}"], samples[f"promise {shape}"])
+        row["first_call_ratio"] = first["default"] / first["promise"]
+        results.append(row)
+        del fns, timers, warm
+        progress(f"[{n}/{len(keys)}] {key} {w.title}: {row['rounds']} rounds, "
+                 f"{time.perf_counter() - t_start:.1f} s")
+    return {"size": size, "pipeline": PIPELINE, "rounds": timing, "results": results}
+
+
+def table(record: dict) -> str:
+    """The check's cost per workload: default (deferred) and sync over promise, blocked
+    and pipelined; a first call over promise's; a call's host time per mode."""
+    lines = [f"the check's cost: {record['device'].get('kind', record['device'])}, size "
+             f"{record['size']}, pipelined = {record['pipeline']} calls then one wait; "
+             "ratios are medians of per-round ratios to promise",
+             f"{'workload':<30} {'promise us':>10} {'def/pr blk':>10} {'def/pr pip':>10} "
+             f"{'sync blk':>8} {'sync pip':>8} {'1st call':>8} {'host us: pr':>11} "
+             f"{'def':>6} {'sync':>6}"]
+    for r in record["results"]:
+        us = r["median_s"]["promise blocked"] * 1e6
+        host = r["host_call_s"]
+        lines.append(
+            f"{r['workload'] + ' ' + r['title']:<30.30} {us:10.1f} "
+            f"{r['default/promise blocked']:10.2f} {r['default/promise pipelined']:10.2f} "
+            f"{r['sync/promise blocked']:8.2f} {r['sync/promise pipelined']:8.2f} "
+            f"{r['first_call_ratio']:8.2f} {host['promise'] * 1e6:11.1f} "
+            f"{host['default'] * 1e6:6.1f} {host['sync'] * 1e6:6.1f}")
+    lines.append("host us: a call's time until it returns, no wait for its result (sync's "
+                 "includes the flag's read, which waits for the program)")
+    return "\n".join(lines)
+
+
+def save(record: dict, path) -> None:
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)

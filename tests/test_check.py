@@ -1,0 +1,368 @@
+"""The deferred check of ``xgather.checked``: when a failure surfaces, in which thread,
+with which report; exact results for every legal index; the user's own checkify,
+default mode and wrappers; flax.nnx and equinox training steps."""
+
+import pathlib
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.experimental import checkify
+
+import xgather
+from tests import reference
+
+G = xgather.onnx.gather
+DATA = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+@pytest.fixture(autouse=True)
+def _no_pending_errors():
+    """Every test starts and ends with no unread failure in its thread."""
+    xgather.raise_if_error()
+    yield
+    xgather.raise_if_error()
+
+
+def _rows(f, k, bad_at=None):
+    """Call ``f`` ``k`` times on DATA; the call numbered ``bad_at`` (from 1) has a bad index.
+    Returns how many calls returned."""
+    returned = 0
+    for n in range(1, k + 1):
+        f(DATA, np.array([7 if n == bad_at else n % 3, -1]))
+        returned += 1
+    return returned
+
+
+def test_a_bad_index_in_call_10_of_40_raises_before_the_40th_returns():
+    f = xgather.checked(jax.jit(lambda d, i: G(d, i)))
+    returned = 0
+    with pytest.raises(xgather.OutOfBoundsError) as info:
+        for n in range(1, 41):
+            f(DATA, np.array([7 if n == 10 else n % 3, -1]))
+            returned += 1
+    assert 10 <= returned < 40
+    # At most MAX_PENDING calls were in flight: the 10th call's flag was read at the
+    # latest when call 10 + MAX_PENDING started.
+    assert returned <= 10 + xgather.MAX_PENDING
+    text = str(info.value)
+    assert "onnx.Gather-13: index 7 at indices[0] is out of range [-3, 2]" in text
+    assert "call 10 of xgather.checked(" in text and "<lambda>)" in text
+    assert "an earlier call" in text
+    xgather.raise_if_error()  # raised once: nothing left
+
+
+def test_a_bad_index_in_the_last_call_raises_at_raise_if_error_once():
+    f = xgather.checked(lambda d, i: G(d, i, axis=1))
+    out = f(DATA, np.array([0, 9]))  # returns: the flag is read later
+    np.testing.assert_array_equal(np.asarray(out)[:, 0], DATA[:, 0])
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 9 at indices\[1\] is out of "
+                       r"range \[-4, 3\] for data axis 1 of size 4"):
+        xgather.raise_if_error()
+    xgather.raise_if_error()  # once
+
+
+def test_sync_raises_at_the_call():
+    f = xgather.checked(lambda d, i: G(d, i), sync=True)
+    with pytest.raises(xgather.OutOfBoundsError, match="call 1 of xgather.checked") as info:
+        f(DATA, np.array([-4]))
+    assert "earlier call" not in str(info.value)
+
+    @xgather.checked(sync=True)
+    def g(d, i):
+        return G(d, i)
+    with pytest.raises(xgather.OutOfBoundsError, match="index -4"):
+        g(DATA, np.array([-4]))
+
+
+def test_sync_checks_switches_every_checked_function():
+    f = xgather.checked(lambda d, i: G(d, i))
+    xgather.sync_checks(True)
+    try:
+        with pytest.raises(xgather.OutOfBoundsError, match="index 3"):
+            f(DATA, np.array([3]))
+    finally:
+        xgather.sync_checks(False)
+    f(DATA, np.array([3]))
+    with pytest.raises(xgather.OutOfBoundsError, match="index 3"):
+        xgather.raise_if_error()
+
+
+def test_each_thread_has_its_own_pending_errors():
+    f = xgather.checked(lambda d, i: G(d, i))
+    f(DATA, np.array([5]))  # this thread's error, unread
+    seen = []
+
+    def other():
+        try:
+            for _ in range(3 * xgather.MAX_PENDING):
+                f(DATA, np.array([1]))
+            xgather.raise_if_error()
+            seen.append("clean")
+        except Exception as err:  # noqa: BLE001 - the test reports what came through
+            seen.append(err)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == ["clean"]
+    with pytest.raises(xgather.OutOfBoundsError, match="index 5"):
+        xgather.raise_if_error()
+
+
+def test_a_users_own_check_is_deferred_too():
+    def f(d, i):
+        checkify.check(jnp.all(d >= 0), "data must be non-negative")
+        return G(d, i)
+    g = xgather.checked(f)
+    g(-DATA, np.array([1]))
+    with pytest.raises(checkify.JaxRuntimeError, match="data must be non-negative"):
+        xgather.raise_if_error()
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "nested-checkify"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_legal_negative_indices_are_exact_on_large_gathers(nested, axis):
+    """16,384 outputs and more: the sizes where a program once skipped the wrap."""
+    data = np.arange(256 * 128, dtype=np.float32).reshape(256, 128)
+    idx = np.random.default_rng(axis).integers(-data.shape[axis], data.shape[axis], 300)
+    idx[:3] = [-1, -data.shape[axis], 0]
+
+    def op(d, i):
+        return G(d, i, axis=axis)
+    fn = (lambda d, i: checkify.checkify(op)(d, i)[1]) if nested else op
+    got = xgather.checked(fn)(data, idx)
+    np.testing.assert_array_equal(np.asarray(got), reference.gather(data, idx, axis))
+    got = xgather.checked(fn, sync=True)(data, idx)
+    np.testing.assert_array_equal(np.asarray(got), reference.gather(data, idx, axis))
+
+
+# -- the user's checkify, default mode and wrappers -----------------------------------------
+
+@pytest.mark.parametrize("errors", ["float_checks", "nan_checks", "div_checks",
+                                    "index_checks"])
+def test_a_checkify_that_would_drop_the_check_is_refused(errors):
+    f = checkify.checkify(lambda a, i: G(a, i), errors=getattr(checkify, errors))
+    with pytest.raises(xgather.XGatherError, match=r"onnx.Gather-13: mode=\"error\" checks "
+                       r"indices with checkify.check, which this checkify.checkify's errors "
+                       r"set would drop: add checkify.user_checks"):
+        jax.jit(f)(DATA, jnp.array([0, 9]))
+    with pytest.raises(xgather.XGatherError, match="would drop"):
+        xgather.checked(jax.jit(f))(DATA, jnp.array([0, 9]))
+
+
+def test_a_checkify_with_user_checks_keeps_the_check():
+    f = checkify.checkify(lambda a, i: G(a, i), errors=checkify.float_checks
+                          | checkify.user_checks)
+    err, _ = jax.jit(f)(DATA, jnp.array([0, 9]))
+    assert "index 9 at indices[1]" in err.get()
+
+
+def test_the_default_mode_in_force_at_the_call_applies_under_jit_and_checked():
+    jitted = jax.jit(lambda d, i: G(d, i))
+    checked = xgather.checked(lambda d, i: G(d, i), sync=True)
+    bad = np.array([7])
+    with xgather.default_mode("fill"):
+        np.testing.assert_array_equal(np.asarray(jitted(DATA, bad)), np.zeros((1, 4)))
+        np.testing.assert_array_equal(np.asarray(checked(DATA, bad)), np.zeros((1, 4)))
+    with pytest.raises(xgather.OutOfBoundsError):
+        checked(DATA, bad)  # after the block: the spec's rule again
+    with pytest.raises(xgather.XGatherError, match="needs the traced function to be wrapped"):
+        jitted(DATA, bad)
+    seen = []
+
+    def other():  # the block is this thread's alone
+        try:
+            checked(DATA, bad)
+            seen.append("filled")
+        except xgather.OutOfBoundsError:
+            seen.append("raised")
+    with xgather.default_mode("fill"):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert seen == ["raised"]
+
+
+@pytest.mark.parametrize("outer", ["jit", "eval_shape", "nnx.jit"])
+def test_checked_inside_a_transformation_says_it_must_be_outermost(outer):
+    inner = xgather.checked(lambda d, i: G(d, i))
+    if outer == "nnx.jit":
+        nnx = pytest.importorskip("flax.nnx")
+
+        def call():
+            return nnx.jit(inner)(DATA, np.array([0, 1]))
+    elif outer == "jit":
+        def call():
+            return jax.jit(inner)(DATA, np.array([0, 1]))
+    else:
+        def call():
+            return jax.eval_shape(inner, DATA, np.array([0, 1]))
+    with pytest.raises(xgather.XGatherError, match=r"xgather.checked\(.*<lambda>\): must be "
+                       "the outermost wrapper"):
+        call()
+
+
+def test_checked_inside_a_users_checkify_leaves_the_check_to_it():
+    f = checkify.checkify(xgather.checked(lambda d, i: G(d, i)))
+    err, _ = f(DATA, np.array([0, 5]))
+    assert "index 5 at indices[1]" in err.get()
+
+
+def _scan_of_grads(op):
+    def loss(w, i):
+        return (op(w, i) ** 2).sum()
+
+    def step(w, i):
+        return w - 0.1 * jax.grad(loss)(w, i), None
+    return lambda w, idx: lax.scan(step, w, idx)[0]
+
+
+def test_no_unchecked_warning_when_the_gradient_is_inside_the_loop():
+    f = xgather.checked(_scan_of_grads(lambda w, i: G(w, i)))
+    idx = np.array([[0, -1], [1, 2], [2, 0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = f(DATA, idx)
+    want = DATA.copy()
+    for row in idx:
+        g = np.zeros_like(want)
+        np.add.at(g, reference.gather(np.arange(3), row, 0), 2 * reference.gather(want, row, 0))
+        want = want - np.float32(0.1) * g
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
+    f(DATA, np.array([[0, 1], [1, 7]]))  # the check still works there
+    with pytest.raises(xgather.OutOfBoundsError, match="index 7 at indices\\[1\\]"):
+        xgather.raise_if_error()
+
+
+def test_unchecked_warning_when_the_loop_is_inside_the_gradient():
+    def loss(w, idx):
+        return lax.scan(lambda c, i: (c + G(w, i).sum(), None), 0.0, idx)[0]
+    with pytest.warns(xgather.UncheckedWarning, match="onnx.Gather-13: its mode=\"error\" "
+                      "check is traced in a lax.scan"):
+        xgather.checked(jax.grad(loss))(DATA, np.array([[0, 1]]))
+
+
+# -- model code --------------------------------------------------------------------------------
+
+def test_an_nnx_training_step_trains_and_reports_a_bad_id_with_its_line():
+    nnx = pytest.importorskip("flax.nnx")
+    optax = pytest.importorskip("optax")
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.emb = nnx.Param(jax.random.normal(rngs.params(), (10, 4)))
+            self.out = nnx.Linear(4, 3, rngs=rngs)
+            self.drop = nnx.Dropout(0.1, rngs=rngs)
+
+        def __call__(self, ids):
+            rows = xgather.onnx.gather(self.emb[...], ids)  # GATHER-LINE
+            return self.out(self.drop(rows))
+
+    model = Model(nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.sgd(0.2), wrt=nnx.Param)
+
+    @xgather.checked
+    def step(model, opt, ids, y):
+        loss, grads = nnx.value_and_grad(lambda m: ((m(ids) - y) ** 2).mean())(model)
+        opt.update(model, grads)
+        return loss
+
+    ids, y = jnp.array([1, 2, 3, -1]), jnp.zeros((4, 3))
+    losses = [float(step(model, opt, ids, y)) for _ in range(8)]
+    assert losses[-1] < 0.5 * losses[0]  # the updates reached the caller's model
+    before = np.asarray(model.emb[...]).copy()
+    step(model, opt, jnp.array([1, 2, 30, 3]), y)
+    with pytest.raises(xgather.OutOfBoundsError) as info:
+        xgather.raise_if_error()
+    source = pathlib.Path(__file__).read_text().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if "# GATHER-LINE" in text)
+    assert "index 30 at indices[2]" in str(info.value)
+    assert f"the gather was traced at {__file__}:{line}" in str(info.value)
+    assert "xgather.checked(" in str(info.value) and "step" in str(info.value)
+    assert np.isfinite(np.asarray(model.emb[...])).all()  # state survives and trains on
+    assert not np.array_equal(np.asarray(model.emb[...]), before)
+    assert float(step(model, opt, ids, y)) < losses[0]
+
+
+def test_an_equinox_training_step_with_function_fields_and_donation():
+    eqx = pytest.importorskip("equinox")
+    optax = pytest.importorskip("optax")
+
+    class Model(eqx.Module):
+        emb: jax.Array
+        lin: eqx.nn.Linear
+        act: object
+
+        def __init__(self, key):
+            k1, k2 = jax.random.split(key)
+            self.emb = jax.random.normal(k1, (10, 4))
+            self.lin = eqx.nn.Linear(4, 3, key=k2)
+            self.act = jax.nn.tanh  # a function field
+
+        def __call__(self, ids):
+            return jax.vmap(self.lin)(self.act(xgather.onnx.gather(self.emb, ids)))
+
+    model = Model(jax.random.key(0))
+    tx = optax.adam(0.05)
+    state = tx.init(eqx.filter(model, eqx.is_array))
+
+    def step(model, state, ids, y):
+        loss, grads = eqx.filter_value_and_grad(lambda m: ((m(ids) - y) ** 2).mean())(model)
+        updates, state = tx.update(grads, state, model)
+        return eqx.apply_updates(model, updates), state, loss
+
+    f = xgather.checked(step, donate_argnums=(0, 1))
+    ids, y = jnp.array([0, 4, -2]), jnp.ones((3, 3))
+    with jax.numpy_dtype_promotion("standard"):  # optax's adam mixes int32 and float
+        _equinox_steps(f, model, state, ids, y)
+
+
+def _equinox_steps(f, model, state, ids, y):
+    losses = []
+    for _ in range(8):
+        model, state, loss = f(model, state, ids, y)
+        losses.append(float(loss))
+    assert losses[-1] < 0.5 * losses[0] and model.act is jax.nn.tanh
+    old = model.emb
+    model, state, _ = f(model, state, jnp.array([0, 12, 1]), y)
+    assert old.is_deleted()  # donated
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 12 at indices\[1\]"):
+        xgather.raise_if_error()
+    model, state, loss = f(model, state, ids, y)
+    assert np.isfinite(float(loss))
+
+
+def test_non_hashable_constants_get_a_clear_error():
+    f = xgather.checked(lambda d, i, opts: G(d, i))
+    with pytest.raises(xgather.XGatherTypeError, match="must be hashable"):
+        f(DATA, np.array([0]), bytearray(b"not hashable"))
+
+
+# -- at exit and from the environment --------------------------------------------------------
+
+@pytest.mark.subprocess
+def test_an_unread_failure_is_reported_at_exit_and_the_env_switch_makes_calls_sync():
+    code = textwrap.dedent("""
+        import numpy as np, xgather
+        f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
+        f(np.zeros(3, np.float32), np.array([4]))
+        print("returned")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and "returned" in run.stdout
+    assert "a check failed and was never read" in run.stderr
+    assert "index 4 at indices[0]" in run.stderr
+    env_sync = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, env={**__import__("os").environ,
+                                                "XGATHER_SYNC_CHECKS": "1"})
+    assert env_sync.returncode != 0 and "returned" not in env_sync.stdout
+    assert "OutOfBoundsError" in env_sync.stderr

@@ -1,0 +1,635 @@
+"""The ``"error"`` mode's check: the flag, the report, and when a failure is raised.
+
+Read top to bottom, this module is the whole check:
+
+1. **The flag** (:func:`any_bad`): one boolean, "some index lies outside the
+   spec's range", reduced beside the gather in the form each backend runs fastest.
+2. **The report** (:func:`report_format`, :func:`report_args`): the op, the first
+   bad index as given, its position, the valid range and the count of bad
+   indices. Concrete indices are checked on the host (:func:`host_check`);
+   traced ones get a ``checkify`` check that carries the report
+   (:func:`emit`), computed on the device only when the flag is set (above
+   ``_EAGER_REPORT`` indices).
+3. **Where a traced check may go** (:func:`traced`): under ``checkify`` that
+   keeps user checks (so under :func:`checked`), else a clear error at trace time.
+4. **When a failure is raised** (:func:`checked`): each call returns its result
+   at once and copies its flag to the host asynchronously; the flag is read at
+   a later call of any checked function in the same thread (blocking only when
+   more than :data:`MAX_PENDING` calls are pending), at :func:`raise_if_error`,
+   or at exit. ``sync=True`` (or :func:`sync_checks`, ``XGATHER_SYNC_CHECKS=1``)
+   reads it at the call.
+
+Eager calls raise at the call: NumPy indices are checked on the host while the
+gather runs; device indices by a program that returns the flag beside the result
+(:func:`xgather._apply.concrete_runner`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import functools
+import math
+import os
+import sys
+import threading
+import types
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from xgather import _jaxprivate
+from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
+from xgather._modes import TraceState, bounds_array, valid, widen
+
+# -- 1. the flag -------------------------------------------------------------------------------
+
+# Up to this many indices the check's report is computed on every call (cheaper than
+# a branch); above it, only when some index is bad.
+_EAGER_REPORT = 1 << 15
+# XLA:CPU runs a float32 max over _LIBRARY_MIN or more values as a library kernel; over
+# fewer it compiles loops (one unrolled loop up to _UNROLLED_MAX values). Beside large
+# gathers, flags of _UNROLLED_MAX+1 to _LIBRARY_MIN-1 values are padded up to _LIBRARY_MIN,
+# which compiles faster and costs a little per call, hidden by such a gather. Beside small
+# gathers (Plan.small) the padding would be a large part of the call, so their flags are
+# not padded: a boolean jnp.any compiles faster than the float loops there and runs as
+# fast. Over several thousand values jnp.any compiles slowly, hence the float max
+# everywhere else. Above _EAGER_REPORT a first stage reduces (rows, lanes) blocks. The
+# measurements behind these choices: docs/lowering.md.
+_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
+_BLOCK_ROWS, _BLOCK_LANES = 32, 128
+
+
+def reduce_any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
+    """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
+
+    On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
+    boolean reduction of many values becomes a tree of scalar loops, slow to
+    compile and to run). With ``pad``, fewer than ``_LIBRARY_MIN`` values (but
+    more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size;
+    without it they are reduced by ``jnp.any``. Above ``_EAGER_REPORT``, a first
+    stage reduces (rows, lanes) blocks over their rows, fused with the compare
+    that makes ``bad``. ``blocked=False`` skips that stage, for flags that are
+    rarely computed. ``backend`` is the plan's: both forms compute the same flag,
+    so a program lowered for another backend stays exact.
+    """
+    flat = bad.ravel()
+    n = flat.size
+    if n == 0:
+        return jnp.zeros((), bool)
+    if backend != "cpu":
+        return jnp.any(flat)
+    m, _, size = _cpu_flag_steps(n, blocked, pad)
+    if m:
+        lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
+        flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
+    if size > flat.size:
+        flat = jnp.pad(flat, (0, size - flat.size))
+    if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
+        return jnp.any(flat)
+    return jnp.max(flat.astype(jnp.float32)) > 0
+
+
+def _cpu_flag_steps(n: int, blocked: bool = True, pad: bool = True) -> tuple[int, int, int]:
+    """``(m, read, size)``: how :func:`reduce_any` reduces ``n`` values on XLA:CPU. The
+    first ``m`` are reduced in (rows, lanes) blocks first (0: none), leaving ``read``
+    values, which the float32 max reads padded to ``size``."""
+    block = _BLOCK_ROWS * _BLOCK_LANES
+    m = n // block * block if blocked and n > _EAGER_REPORT else 0
+    read = size = m // _BLOCK_ROWS + n - m
+    if pad and _UNROLLED_MAX < read < _LIBRARY_MIN:
+        size = _LIBRARY_MIN
+    return m, read, size
+
+
+def any_bad(plan, indices, blocked: bool = True):
+    """The flag: some index lies outside the spec's range (before any wrap)."""
+    return reduce_any(jnp.logical_not(valid(plan, indices, jnp)), blocked, pad=not plan.small,
+                      backend=plan.backend)
+
+
+def flag_text(plan) -> str:
+    """What ``explain`` says of the flag that the ``"error"`` mode's check reduces."""
+    n = math.prod(plan.indices_shape)
+    what = 'bound check (mode="error"): '
+    if plan.backend != "cpu":
+        return what + f"jnp.any over the {n} index values"
+    m, read, size = _cpu_flag_steps(n, pad=not plan.small)
+    blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
+              else "")
+    if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
+        return what + f"jnp.any over the {n} index values" + (f" ({blocks}over {read})"
+                                                                  if m else "")
+    kind = "one unrolled max" if size <= _UNROLLED_MAX else "the library max"
+    padded = f" padded to {size}" if size > read else ""
+    return what + f"a float32 max over the {n} index values ({blocks}{kind} over {read}{padded})"
+
+
+# -- 2. the report -----------------------------------------------------------------------------
+
+#: What every report of a bad index holds (what tells it from a user's own checks).
+REPORT_END = "out-of-range value(s) in indices)"
+
+
+def report_format(plan, ndim: int, where: str = "") -> str:
+    """The message, with ``{0[k]}`` for the k-th value of the packed report; ``where``
+    (the user's file and line, for traced checks) is appended."""
+    slots = iter(range(ndim + 6))
+
+    def slot():
+        return f"{{0[{next(slots)}]}}"
+
+    value = slot()
+    at = ("indices[" + ", ".join(slot() for _ in range(ndim)) + "]") if ndim \
+        else "indices (a scalar)"
+    lo = f"-{slot()}" if plan.negative else "0"
+    hi, axis, size, count = slot(), slot(), slot(), slot()
+    tail = f"; the gather was traced at {where}" if where else ""
+    tail = tail.replace("{", "{{").replace("}", "}}")
+    if not plan.index_vector and plan.bounds[0] == 0:  # not "[-0, -1]"
+        return (f"{plan.op}: index {value} at {at} is out of range: data axis {axis} has "
+                f"size 0, so no index is in range ({count} {REPORT_END}{tail}")
+    if 0 in plan.bounds:  # index tuples: the reported component's range may be empty
+        empty = ", ".join(str(a) for a, s in zip(plan.index_axes, plan.bounds, strict=True)
+                          if s == 0)
+        return (f"{plan.op}: index {value} at {at} is out of range for data axis {axis} of "
+                f"size {size}: data axis {empty} has size 0, so no index tuple is in range "
+                f"({count} {REPORT_END}{tail}")
+    return (f"{plan.op}: index {value} at {at} is out of range [{lo}, {hi}] "
+            f"for data axis {axis} of size {size} ({count} {REPORT_END}{tail}")
+
+
+def report_args(plan, indices, xp):
+    """The values :func:`report_format` shows, packed in one array (NumPy or JAX)."""
+    bad = xp.logical_not(valid(plan, indices, xp)).ravel()
+    first = xp.argmax(bad)
+    pos = xp.unravel_index(first, indices.shape)
+    axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
+                           else (1,)).ravel()
+    size = xp.broadcast_to(bounds_array(plan, indices, xp), indices.shape).ravel()[first]
+    axis = xp.asarray(axes)[first % axes.size]
+    value = indices.ravel()[first] if indices.ndim else indices
+    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, bad.sum()]
+    return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
+
+
+_HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy's reductions
+
+
+def _host_range(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The spec's range of each index component: lowest and highest valid values."""
+    lows = tuple(-s if plan.negative else 0 for s in plan.bounds)
+    return lows, tuple(s - 1 for s in plan.bounds)
+
+
+def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
+    """All indices within ``[lows, highs]`` (per component where ``vector``)."""
+    if vector:
+        flat = indices.reshape(-1, indices.shape[-1])
+        mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
+    elif indices.size <= _HOST_LIST_MAX:
+        values = indices.ravel().tolist()
+        return lows[0] <= min(values) and max(values) <= highs[0]
+    else:
+        mins, maxs = [indices.min().item()], [indices.max().item()]
+    # Python ints: exact for every index type (uint64 against int64 bounds included).
+    return all(lo <= a and b <= hi for a, b, lo, hi in zip(mins, maxs, lows, highs,
+                                                           strict=True))
+
+
+def host_check(plan, indices) -> None:
+    """The check on concrete indices, raising :class:`OutOfBoundsError` at once. The
+    indices' minimum and maximum decide; only a bad index costs the report."""
+    indices = np.asarray(indices)
+    if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
+        return
+    indices = widen(plan, indices)  # room for sizes and counts
+    raise OutOfBoundsError(report_format(plan, indices.ndim).format(
+        report_args(plan, indices, np)))
+
+
+def host_checker(plan):
+    """:func:`host_check` for ``plan``'s NumPy indices, its range settled once: the
+    per-call check of a cached eager call."""
+    vector = plan.index_vector
+    lows, highs = _host_range(plan)
+
+    def check(indices: np.ndarray) -> None:
+        if indices.size and not _in_range(indices, vector, lows, highs):
+            host_check(plan, indices)  # the report
+    return check
+
+
+def replicated(x):
+    """``x``, replicated where it is sharded over a mesh's Explicit axes: there JAX asks
+    every indexed read for its result's sharding, and the report reads single values."""
+    try:
+        sharding = jax.typeof(x).sharding
+        explicit = sharding.mesh.explicit_axes
+    except AttributeError:  # pragma: no cover - other JAX versions
+        return x
+    if explicit and any(entry is not None for entry in sharding.spec):
+        return jax.sharding.reshard(x, jax.sharding.NamedSharding(sharding.mesh,
+                                                                  jax.sharding.PartitionSpec()))
+    return x
+
+
+def emit(plan, indices, bad=None) -> None:
+    """The traced check: a checkify check on the flag ``bad`` (computed here when not
+    given) that carries the report and the user's file and line. Above
+    ``_EAGER_REPORT`` indices the report is computed under ``lax.cond`` only when
+    the flag is set."""
+    if indices.size == 0:
+        return
+    if bad is None:
+        bad = any_bad(plan, indices)
+    indices = replicated(indices)
+    if indices.size <= _EAGER_REPORT:
+        report = report_args(plan, indices, jnp)
+    else:
+        shape = jax.eval_shape(lambda i: report_args(plan, i, jnp), indices)
+        report = jax.lax.cond(bad, lambda i: report_args(plan, i, jnp),
+                              lambda i: jnp.zeros(shape.shape, shape.dtype), indices)
+    checkify.check(jnp.logical_not(bad), report_format(plan, indices.ndim, _call_site()),
+                   report)
+
+
+# -- 3. where a traced check may go ------------------------------------------------------------
+
+_OUTSIDE = ("xgather", "jax", "jaxlib", "functools", "contextlib")
+
+
+def _user_frame() -> tuple[types.FrameType | None, int]:
+    """The first frame outside xgather and JAX, and its ``stacklevel`` from the caller."""
+    frame: types.FrameType | None = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _OUTSIDE:
+        frame, level = frame.f_back, level + 1
+    return frame, level
+
+
+def _call_site() -> str:
+    """``file:line`` of the user's code that called the op (at trace time)."""
+    frame, _ = _user_frame()
+    return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def traced(op: str) -> None:
+    """Called where an ``"error"`` op traces its check: fails at trace time unless a
+    ``checkify`` that keeps user checks (:func:`checked` is one) will functionalise it,
+    and warns where JAX will drop it (a loop body inside a reverse-mode derivative)."""
+    errors = _jaxprivate.checkify_errors()
+    if errors is None:  # no checkify is tracing
+        fail(op, 'mode="error" checks indices at run time, which needs the traced function '
+             "to be wrapped: use xgather.checked(f) as the outermost wrapper (or "
+             "jax.experimental.checkify.checkify), or choose mode=\"clip\", \"fill\" or "
+             "\"promise_in_bounds\"")
+    if errors is not _jaxprivate.UNKNOWN and not checkify.user_checks <= errors:
+        fail(op, 'mode="error" checks indices with checkify.check, which this '
+             "checkify.checkify's errors set would drop: add checkify.user_checks to it "
+             "(errors=checkify.float_checks | checkify.user_checks), or wrap with "
+             "xgather.checked, or choose another mode",
+             "errors=" + ", ".join(sorted(e.__name__ for e in errors)))
+    if _jaxprivate.loop_inside_derivative():
+        _, level = _user_frame()
+        warnings.warn(UncheckedWarning(
+            f"{op}: its mode=\"error\" check is traced in a lax.scan/map/fori_loop/"
+            "while_loop body under a reverse-mode derivative, where JAX drops checkify "
+            "checks: an out-of-range index would go unreported. Check the indices outside "
+            "the loop, take the derivative inside the loop body, or choose mode=\"clip\", "
+            "\"fill\" or \"promise_in_bounds\""), stacklevel=level)
+
+
+# -- 4. when a failure is raised ---------------------------------------------------------------
+
+#: The most calls of :func:`checked` functions whose flags a thread leaves unread: a
+#: call that finds this many waits for the oldest before it runs (8).
+MAX_PENDING = 8
+
+_sync_all = os.environ.get("XGATHER_SYNC_CHECKS", "") not in ("", "0")
+
+
+def sync_checks(enabled: bool = True) -> None:
+    """Make every :func:`checked` function read its flag at the call (``True``), as
+    ``sync=True`` does, or return to deferred reads (``False``): for debugging, as
+    ``CUDA_LAUNCH_BLOCKING=1`` does for torch. The environment variable
+    ``XGATHER_SYNC_CHECKS=1`` sets it at import."""
+    global _sync_all
+    _sync_all = bool(enabled)
+
+
+@dataclasses.dataclass
+class _Pending:
+    """One call's unread flag, its checkify error (the report), and which call it was."""
+    flag: Any
+    err: Any
+    name: str
+    call: int
+
+
+_local = threading.local()
+_queues: list[collections.deque] = []  # every thread's, for the report at exit
+_queues_lock = threading.Lock()
+
+
+def _queue() -> collections.deque:
+    queue = getattr(_local, "queue", None)
+    if queue is None:
+        queue = _local.queue = collections.deque()
+        with _queues_lock:
+            if not _queues:  # registered once JAX runs, so that it runs before JAX's own
+                atexit.register(_report_at_exit)
+            _queues.append(queue)
+    return queue
+
+
+def _settle(queue: collections.deque, keep: int) -> None:
+    """Read the flags of ``queue`` in call order: those ready, and the oldest ones
+    while more than ``keep`` remain (``keep=0``: all). Raises the first failure."""
+    while queue:
+        pending = queue[0]
+        if len(queue) <= keep and not pending.flag.is_ready():
+            return
+        queue.popleft()
+        if bool(pending.flag):
+            later = len(queue)
+            queue.clear()
+            _raise(pending, deferred=True, later=later)
+
+
+def raise_if_error() -> None:
+    """Wait for this thread's pending checks of :func:`checked` functions and raise the
+    first failure, once (:class:`OutOfBoundsError`, or a user's own checkify error)."""
+    queue = getattr(_local, "queue", None)
+    if queue:
+        _settle(queue, 0)
+
+
+def _raise(pending: _Pending, deferred: bool, later: int = 0):
+    """Raise the failure that ``pending``'s checkify error holds."""
+    msg = pending.err.get()
+    where = f"call {pending.call} of xgather.checked({pending.name})"
+    if deferred:
+        where += (" (an earlier call, whose flag was read after it returned; "
+                  "xgather.checked(f, sync=True) raises at the call itself")
+        where += f"; {later} later call(s) were pending and are not checked)" if later else ")"
+    if msg is None:  # pragma: no cover - a flag set without a message
+        raise AssertionError(f"{where}: a check failed without a report")
+    msg = msg.split(" (`check` failed)")[0]
+    if REPORT_END not in msg:  # a user's own checkify.check
+        try:
+            pending.err.throw()
+        except Exception as err:
+            err.add_note(where)
+            raise
+    raise OutOfBoundsError(f"{msg}\n  in {where}")
+
+
+def _report_at_exit() -> None:
+    """A failure still unread at exit is reported as a warning, not lost."""
+    for queue in list(_queues):
+        while queue:
+            pending = queue.popleft()
+            try:
+                if bool(pending.flag):
+                    _raise(pending, deferred=True, later=len(queue))
+            except Exception as err:  # noqa: BLE001 - reported, whatever it is
+                warnings.warn(f"xgather: a check failed and was never read (call "
+                              f"xgather.raise_if_error() to raise it): {err}",
+                              UncheckedWarning, stacklevel=1)
+                queue.clear()
+
+
+#: Whether :func:`checked` is tracing (:class:`xgather._modes.TraceState`): part of the trace
+#: context, so that a function jitted inside ``fn`` keeps the traces made there (which hold
+#: functionalised checks) apart from those of a plain call, which gets xgather's own error.
+_TRACING = TraceState("xgather_checked_tracing", ("no", "yes"), "no",
+                      "Whether xgather.checked is tracing (set by xgather alone).")
+
+
+def _flag(err):
+    """One boolean: some check of the checkify error ``err`` failed (None where this JAX's
+    Error has no predicates to read: the error is then read at the call)."""
+    preds = _jaxprivate.error_predicates(err)
+    if preds is None:
+        _jaxprivate.fallback("Error._pred", "xgather.checked reads each call's error at the call")
+        return None
+    flag = jnp.zeros((), bool)
+    for p in preds:
+        flag = flag | jnp.any(p)
+    return flag
+
+
+def _is_dynamic(leaf) -> bool:
+    """What ``jax.jit`` traces: arrays and Python numbers. Other leaves (functions, strings,
+    equinox's function fields) are compile-time constants."""
+    return isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float | complex)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """Everything of a call's arguments that is not an array: the jit key of the program.
+    ``graph`` is flax.nnx's graph definition where the arguments hold nnx objects."""
+    treedef: Any
+    graph: Any
+    statics: tuple  # (leaf position, value) of the constant leaves
+    donated: tuple[bool, ...]  # per array leaf
+    argnums: tuple  # (position, value) of the static positional arguments
+    argnames: tuple  # (name, value) of the static keyword arguments
+
+    def build(self, donated, kept):
+        """The arguments again, from the array leaves (inside the trace)."""
+        statics, flags = dict(self.statics), iter(self.donated)
+        d, k = iter(donated), iter(kept)
+        leaves = [statics[i] if i in statics else next(d if next(flags) else k)
+                  for i in range(self.treedef.num_leaves)]
+        tree = self.treedef.unflatten(leaves)
+        if self.graph is not None:
+            tree = _nnx().merge(self.graph, tree)
+        args, kwargs = tree
+        args = list(args)
+        for i, value in self.argnums:
+            args[i] = value
+        return tuple(args), {**kwargs, **dict(self.argnames)}
+
+    def state(self, args, kwargs):
+        """nnx's variables after the call, to write back (None without nnx objects)."""
+        if self.graph is None:
+            return None
+        return _nnx().state((args, kwargs), _nnx().Variable)
+
+
+def _nnx():
+    return sys.modules.get("flax.nnx")
+
+
+def _split(fn_name, args, kwargs, argnums, argnames, donate_nums, donate_names):
+    """``(spec, donated, kept)``: a call's arguments as a hashable spec and two lists of
+    arrays, those to donate and the rest."""
+    statics_pos = tuple((i, args[i]) for i in argnums if i < len(args))
+    statics_kw = tuple((n, kwargs[n]) for n in argnames if n in kwargs)
+    tree = (tuple(None if i in argnums else a for i, a in enumerate(args)),
+            {n: v for n, v in kwargs.items() if n not in argnames})
+    graph, nnx = None, _nnx()
+    if nnx is not None:
+        objects = (nnx.Pytree, nnx.Variable)
+        if any(isinstance(x, objects) for x in jax.tree.leaves(
+                tree, is_leaf=lambda x: isinstance(x, objects))):
+            graph, tree = nnx.split(tree)
+    paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    statics, donated, dyn_d, dyn_k = [], [], [], []
+    for i, (path, leaf) in enumerate(paths):
+        if not _is_dynamic(leaf):
+            statics.append((i, leaf))
+            continue
+        top, key = (_key(path[0]), _key(path[1])) if len(path) > 1 else (None, None)
+        give = (top == 0 and key in donate_nums) or (top == 1 and key in donate_names)
+        donated.append(give)
+        (dyn_d if give else dyn_k).append(leaf)
+    spec = _Spec(treedef, graph, tuple(statics), tuple(donated), statics_pos, statics_kw)
+    try:
+        hash(spec)
+    except TypeError as err:
+        fail(f"xgather.checked({fn_name})", "every argument that is not an array must be "
+             "hashable (it becomes a compile-time constant)", str(err), kind=XGatherTypeError)
+    return spec, dyn_d, dyn_k
+
+
+def _split_result(out):
+    """A result's arrays, and what puts them back: its structure and its other leaves
+    (functions, strings: equinox's fields), which cannot leave a jitted program."""
+    leaves, treedef = jax.tree.flatten(out)
+    dynamic = tuple(_is_dynamic(x) for x in leaves)
+    statics = tuple(x for x, d in zip(leaves, dynamic, strict=True) if not d)
+    return [x for x, d in zip(leaves, dynamic, strict=True) if d], (treedef, dynamic, statics)
+
+
+def _join_result(arrays, how):
+    treedef, dynamic, statics = how
+    arrays, statics = iter(arrays), iter(statics)
+    return treedef.unflatten([next(arrays) if d else next(statics) for d in dynamic])
+
+
+def _key(entry):
+    """The index or name of one step of a pytree path."""
+    for attr in ("idx", "key", "name"):
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    return None
+
+
+def _argnums(value) -> tuple:
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(),
+            donate_argnums=(), donate_argnames=()):
+    """``fn`` with xgather's bound checks kept, compiled once per argument structure.
+
+    Returns a jitted function that runs ``fn`` under ``checkify`` in one program,
+    which returns the result and a flag. The call returns the result without
+    waiting for the program: the flag is copied to the host asynchronously, and
+    an :class:`~xgather.OutOfBoundsError` is raised at the next call of any
+    checked function in this thread once that flag is read (the call waits only
+    when more than :data:`MAX_PENDING` flags are unread), at
+    :func:`raise_if_error`, or reported at exit. ``sync=True`` (or
+    :func:`sync_checks`) raises at the call itself.
+
+    ``fn`` may be jitted already or contain ``jax.grad``, ``jax.vmap``, loops,
+    and flax.nnx transforms; its arguments and results may be pytrees of arrays,
+    nnx objects (their variables are written back after the call, as ``nnx.jit``
+    does) and equinox modules (fields that are not arrays are compile-time
+    constants). ``static_argnums``, ``static_argnames``, ``donate_argnums`` and
+    ``donate_argnames`` are ``jax.jit``'s. Use it as the outermost wrapper;
+    called inside another transformation it fails with a clear error (or, under a
+    ``checkify`` that keeps user checks, leaves the check to that one).
+    Also a decorator: ``@xgather.checked`` or ``@xgather.checked(sync=True)``.
+
+    Examples:
+        >>> import jax, numpy as np, xgather
+        >>> f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
+        >>> f(np.arange(3.0, dtype=np.float32), np.array([2, -1])).tolist()
+        [2.0, 2.0]
+        >>> _ = f(np.arange(3.0, dtype=np.float32), np.array([3]))  # returns at once
+        >>> try:
+        ...     xgather.raise_if_error()
+        ... except xgather.OutOfBoundsError as err:
+        ...     print(str(err).split(" for data")[0])
+        onnx.Gather-13: index 3 at indices[0] is out of range [-3, 2]
+    """
+    if fn is None:
+        return functools.partial(checked, sync=sync, static_argnums=static_argnums,
+                                 static_argnames=static_argnames, donate_argnums=donate_argnums,
+                                 donate_argnames=donate_argnames)
+    if not callable(fn):
+        fail("xgather.checked", "fn must be a callable (a function of arrays)",
+             type(fn).__name__, kind=XGatherTypeError)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    argnums, argnames = _argnums(static_argnums), _argnums(static_argnames)
+    donate_nums, donate_names = _argnums(donate_argnums), _argnums(donate_argnames)
+
+    results: dict = {}  # spec -> how the result's arrays go back into its structure
+
+    def program(spec, donated, kept):
+        def body(donated, kept):
+            args, kwargs = spec.build(donated, kept)
+            out = fn(*args, **kwargs)
+            arrays, results[spec] = _split_result(out)
+            return arrays, spec.state(args, kwargs)
+        with _TRACING.traced_as("yes"):
+            err, (out, state) = checkify.checkify(body, errors=checkify.user_checks)(donated,
+                                                                                      kept)
+        return _flag(err), err, out, state
+
+    compiled = jax.jit(program, static_argnums=0, donate_argnums=1)
+    calls = 0
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        nonlocal calls
+        queue = _queue()
+        if queue:
+            _settle(queue, MAX_PENDING - 1)
+        spec, donated, kept = _split(name, args, kwargs, argnums, argnames, donate_nums,
+                                     donate_names)
+        flag, err, arrays, state = compiled(spec, donated, kept)
+        out = _join_result(arrays, results[spec])
+        if isinstance(flag, jax.core.Tracer):  # called inside a transformation
+            if _jaxprivate.checkify_errors() is None:
+                fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
+                     "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
+                     "where its result's check cannot be read. Put the transformation inside "
+                     "it, as in xgather.checked(jax.jit(f)); checked compiles fn already")
+            checkify.check_error(err)  # an outer checkify takes the check over
+            return out
+        if state is not None:
+            _nnx().update((args, kwargs), state)
+        calls += 1
+        pending = _Pending(flag, err, name, calls)
+        if flag is None:
+            if err.get() is not None:
+                _raise(pending, deferred=False)
+        elif sync or _sync_all:
+            if bool(flag):
+                _raise(pending, deferred=False)
+        else:
+            flag.copy_to_host_async()
+            queue.append(pending)
+        return out
+
+    return wrapper
+
+
+def flag_set(flag) -> bool:
+    """A flag a checked program returned, read on the host (it waits for the program).
+    A single-device CPU array is read through the buffer protocol, sooner than
+    ``np.asarray``; other arrays (GPU, sharded) are copied over."""
+    try:
+        return bool(memoryview(flag)[()])
+    except (BufferError, TypeError):
+        return bool(np.asarray(flag))
