@@ -18,7 +18,8 @@ EXAMPLES = [(name, k, code) for name, text in SOURCES.items()
             for k, code in enumerate(re.findall(r"```python\n(.*?)```", text, re.S))]
 BLOCKS = [code for _, _, code in EXAMPLES]
 #: What a block needs beyond the test extras' core (skipped, with the reason, where absent).
-OPTIONAL = {"xgather.export": "jax2onnx", "register_jaxonnxruntime": "jaxonnxruntime"}
+OPTIONAL = {"xgather.export": "jax2onnx", "register_jaxonnxruntime": "jaxonnxruntime",
+            "from flax import nnx": "flax", "import equinox": "equinox", "optax": "optax"}
 
 
 def _block(needle: str) -> str:

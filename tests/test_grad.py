@@ -153,7 +153,8 @@ def test_out_of_range_gradients(mode):
 
 
 def test_checked_grad_composes():
-    f = xgather.checked(sync=True)(jax.jit(jax.grad(lambda d, i: (xgather.onnx.gather_nd(d, i) ** 2).sum())))
+    f = xgather.checked(jax.jit(jax.grad(lambda d, i: (xgather.onnx.gather_nd(d, i) ** 2).sum())),
+                        sync=True)
     data = jnp.arange(6.0).reshape(2, 3)
     np.testing.assert_allclose(f(data, jnp.array([[1, -1], [1, 2]])),
                                [[0, 0, 0], [0, 0, 20.0]])
@@ -311,7 +312,7 @@ def test_loops_keep_their_checks_outside_reverse_mode():
     fwd = jax.jit(lambda d, i: jax.jvp(lambda x: loss(x, i), (d,), (jnp.ones_like(d),)))
     for fn in (jax.jit(loss), fwd, jax.jit(jax.grad(lambda d, i: op(d, i[1]).sum()))):
         with pytest.raises(xgather.OutOfBoundsError, match=msg):
-            xgather.checked(sync=True)(fn)(data, bad)  # no UncheckedWarning (warnings are errors here)
+            xgather.checked(fn, sync=True)(data, bad)  # no UncheckedWarning (warnings: errors)
 
 
 # -- the sorted scatter-add (xgather.grad_scatter): same gradients, sorted indices -------------
@@ -331,7 +332,8 @@ def test_sorted_scatter_vjp_is_scatter_add(op, gref, kw, shape, idx):
     with xgather.grad_scatter("sorted"):
         _, vjp = jax.vjp(lambda d: op(d, idx), data)
         np.testing.assert_allclose(vjp(cot)[0], want, rtol=1e-5, atol=1e-6)
-        g = xgather.checked(sync=True)(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]))
+        g = xgather.checked(jax.jit(lambda d, i, c: jax.vjp(lambda x: op(x, i), d)[1](c)[0]),
+                            sync=True)
         np.testing.assert_allclose(g(data, idx, cot), want, rtol=1e-5, atol=1e-6)
         flags = _scatters(lambda d, c: jax.vjp(lambda x: op(x, idx), d)[1](c), data, cot)
     # Gathers along one axis without batch dims sort (XLA:CPU batches the rows before an

@@ -83,7 +83,8 @@ def test_name_labels_the_lowered_program_and_explain():
 
 
 def test_checked_grad_raises_on_bad_index():
-    g = xgather.checked(sync=True)(jax.jit(jax.grad(lambda d, i: lv.gather(d, i, lda_coeff=2.0).sum())))
+    g = xgather.checked(jax.jit(jax.grad(lambda d, i: lv.gather(d, i, lda_coeff=2.0).sum())),
+                        sync=True)
     np.testing.assert_allclose(g(jnp.ones(3), jnp.array([0, 0])), [4.0, 0.0, 0.0])
     with pytest.raises(xgather.OutOfBoundsError, match="index 3 at indices"):
         g(jnp.ones(3), jnp.array([0, 3]))

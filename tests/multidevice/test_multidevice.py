@@ -144,7 +144,8 @@ def test_out_sharding_runs_every_op_on_explicit_axes(name, op, gref, dshape, mak
     spec = P(first) if want.shape[0] % 8 == 0 else P()
     where = NamedSharding(mesh, spec)
     for call in (lambda: op(d, i, out_sharding=where),
-                 lambda: xgather.checked(sync=True)(jax.jit(lambda d, i: op(d, i, out_sharding=where)))(d, i)):
+                 lambda: xgather.checked(jax.jit(lambda d, i: op(d, i, out_sharding=where)),
+                                         sync=True)(d, i)):
         out = call()
         np.testing.assert_array_equal(np.asarray(out), want)
         assert out.sharding.mesh.axis_types == (AxisType.Explicit,)
@@ -186,7 +187,8 @@ def test_bound_errors_from_indices_sharded_on_explicit_axes():
     i = put(idx, mesh, P("x"))
     where = NamedSharding(mesh, P("x"))
     for dspec in (P("x"), P()):
-        f = xgather.checked(sync=True)(jax.jit(lambda d, i: xgather.onnx.gather(d, i, out_sharding=where)))
+        f = xgather.checked(jax.jit(lambda d, i: xgather.onnx.gather(d, i, out_sharding=where)),
+                            sync=True)
         d = put(data, mesh, dspec)
         with pytest.raises(xgather.OutOfBoundsError,
                            match=r"index 99 at indices\[13\] is out of range \[-64, 63\]"):
@@ -293,7 +295,8 @@ def test_sharded_bound_errors_report_the_global_index():
                        match=r"^sharded\.Gather: index 64 at indices\[13\] is out of range "
                              r"\[-64, 63\] for data axis 0 of size 64"):
         xgather.sharded.gather(data, idx, mesh, "x", "x")
-    f = xgather.checked(sync=True)(jax.jit(lambda d, i: xgather.sharded.gather(d, i, mesh, "x", "x")))
+    f = xgather.checked(jax.jit(lambda d, i: xgather.sharded.gather(d, i, mesh, "x", "x")),
+                        sync=True)
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 64 at indices\[13\]"):
         f(data, put(idx, mesh, P("x")))
 
