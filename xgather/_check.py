@@ -323,13 +323,12 @@ def sync_checks(enabled: bool = True) -> None:
     _sync_all = bool(enabled)
 
 
-@dataclasses.dataclass
 class _Pending:
     """One call's unread flag, its checkify error (the report), and which call it was."""
-    flag: Any
-    err: Any
-    name: str
-    call: int
+    __slots__ = ("flag", "err", "name", "call")
+
+    def __init__(self, flag, err, name: str, call: int):
+        self.flag, self.err, self.name, self.call = flag, err, name, call
 
 
 _local = threading.local()
@@ -356,7 +355,7 @@ def _settle(queue: collections.deque, keep: int) -> None:
         if len(queue) <= keep and not pending.flag.is_ready():
             return
         queue.popleft()
-        if bool(pending.flag):
+        if first_set(pending.flag):
             later = len(queue)
             queue.clear()
             _raise(pending, deferred=True, later=later)
@@ -370,9 +369,53 @@ def raise_if_error() -> None:
         _settle(queue, 0)
 
 
+def _pack(err):
+    """``(flag, leaves, layout)``: what a checked program returns of the checkify ``err``.
+
+    Where every array of ``err`` is of integers or booleans (xgather's reports, most
+    checks), ``flag`` is one 1-D integer array: whether a check failed, then every
+    array of ``err`` raveled; ``leaves`` is empty. Otherwise ``flag`` is that boolean
+    alone (1-D, one value) and ``leaves`` are ``err``'s arrays. ``layout`` rebuilds
+    ``err`` (:class:`_Error`).
+    """
+    flag = _flag(err)
+    leaves, structure = jax.tree.flatten(err)
+    shapes = tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves)
+    if flag is None:  # this JAX's Error has no predicates to read: the error at the call
+        return None, leaves, (structure, shapes, False)
+    if all(np.issubdtype(d, np.integer) or d == np.bool_ for _, d in shapes):
+        wide = jnp.int64 if any(d.itemsize == 8 for _, d in shapes) else jnp.int32
+        packed = jnp.concatenate([flag.astype(wide)[None]]
+                                 + [jnp.ravel(x).astype(wide) for x in leaves])
+        return packed, [], (structure, shapes, True)
+    return flag[None], leaves, (structure, shapes, False)
+
+
+class _Error:
+    """A checkify ``Error`` as its program returned it (:func:`_pack`), made an ``Error``
+    again only where a check failed."""
+    __slots__ = ("layout", "flag", "leaves")
+
+    def __init__(self, layout, flag, leaves):
+        self.layout, self.flag, self.leaves = layout, flag, leaves
+
+    def error(self):
+        structure, shapes, packed = self.layout
+        if not packed:
+            return structure.unflatten(self.leaves)
+        traced = isinstance(self.flag, jax.core.Tracer)  # inside a checkify of the user's
+        values, at, leaves = self.flag if traced else np.asarray(self.flag), 1, []
+        for shape, dtype in shapes:
+            n = math.prod(shape)
+            leaves.append(values[at:at + n].astype(dtype).reshape(shape))
+            at += n
+        return structure.unflatten(leaves)
+
+
 def _raise(pending: _Pending, deferred: bool, later: int = 0):
     """Raise the failure that ``pending``'s checkify error holds."""
-    msg = pending.err.get()
+    error = pending.err.error()
+    msg = error.get()
     where = f"call {pending.call} of xgather.checked({pending.name})"
     if deferred:
         where += (" (an earlier call, whose flag was read after it returned; "
@@ -383,7 +426,7 @@ def _raise(pending: _Pending, deferred: bool, later: int = 0):
     msg = msg.split(" (`check` failed)")[0]
     if REPORT_END not in msg:  # a user's own checkify.check
         try:
-            pending.err.throw()
+            error.throw()
         except Exception as err:
             err.add_note(where)
             raise
@@ -396,7 +439,7 @@ def _report_at_exit() -> None:
         while queue:
             pending = queue.popleft()
             try:
-                if bool(pending.flag):
+                if first_set(pending.flag):
                     _raise(pending, deferred=True, later=len(queue))
             except Exception as err:  # noqa: BLE001 - reported, whatever it is
                 warnings.warn(f"xgather: a check failed and was never read (call "
@@ -423,6 +466,9 @@ def _flag(err):
     for p in preds:
         flag = flag | jnp.any(p)
     return flag
+
+
+_ARRAY = _jaxprivate.ARRAY_IMPL
 
 
 def _is_dynamic(leaf) -> bool:
@@ -473,8 +519,7 @@ def _split(fn_name, args, kwargs, argnums, argnames, donate_nums, donate_names):
     arrays, those to donate and the rest."""
     statics_pos = tuple((i, args[i]) for i in argnums if i < len(args))
     statics_kw = tuple((n, kwargs[n]) for n in argnames if n in kwargs)
-    tree = (tuple(None if i in argnums else a for i, a in enumerate(args)),
-            {n: v for n, v in kwargs.items() if n not in argnames})
+    tree = _without(args, kwargs, argnums, argnames)
     graph, nnx = None, _nnx()
     if nnx is not None:
         objects = (nnx.Pytree, nnx.Variable)
@@ -500,17 +545,29 @@ def _split(fn_name, args, kwargs, argnums, argnames, donate_nums, donate_names):
     return spec, dyn_d, dyn_k
 
 
+def _without(args, kwargs, argnums, argnames):
+    """The arguments as one tree, the static ones left out (``None`` in their place)."""
+    if not (argnums or argnames):
+        return args, kwargs
+    return (tuple(None if i in argnums else a for i, a in enumerate(args)),
+            {n: v for n, v in kwargs.items() if n not in argnames})
+
+
 def _split_result(out):
     """A result's arrays, and what puts them back: its structure and its other leaves
     (functions, strings: equinox's fields), which cannot leave a jitted program."""
     leaves, treedef = jax.tree.flatten(out)
     dynamic = tuple(_is_dynamic(x) for x in leaves)
+    if all(dynamic):
+        return leaves, (treedef, None, ())
     statics = tuple(x for x, d in zip(leaves, dynamic, strict=True) if not d)
     return [x for x, d in zip(leaves, dynamic, strict=True) if d], (treedef, dynamic, statics)
 
 
 def _join_result(arrays, how):
     treedef, dynamic, statics = how
+    if dynamic is None:
+        return treedef.unflatten(arrays)
     arrays, statics = iter(arrays), iter(statics)
     return treedef.unflatten([next(arrays) if d else next(statics) for d in dynamic])
 
@@ -573,20 +630,57 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     argnums, argnames = _argnums(static_argnums), _argnums(static_argnames)
     donate_nums, donate_names = _argnums(donate_argnums), _argnums(donate_argnames)
 
-    results: dict = {}  # spec -> how the result's arrays go back into its structure
+    results: dict = {}  # spec -> how the result's and the error's arrays go back together
+    programs: dict = {}  # spec -> [spec, its jitted program, whether its flag is on the host]
+    known: dict = {}  # (structure, constants) -> (that list, array leaves, donated): no nnx
 
     def program(spec, donated, kept):
+        how = []
+
         def body(donated, kept):
             args, kwargs = spec.build(donated, kept)
-            out = fn(*args, **kwargs)
-            arrays, results[spec] = _split_result(out)
+            arrays, result = _split_result(fn(*args, **kwargs))
+            how.append(result)
             return arrays, spec.state(args, kwargs)
         with _TRACING.traced_as("yes"):
             err, (out, state) = checkify.checkify(body, errors=checkify.user_checks)(donated,
                                                                                       kept)
-        return _flag(err), err, out, state
+        # The error leaves its program as one array where it can: the flag first, then
+        # every array of the checkify Error (each output of a program costs its call about
+        # a microsecond and a half); the Error is rebuilt only where a check failed.
+        flag, leaves, layout = _pack(err)
+        results[spec] = (how[0], layout)
+        return flag, leaves, out, state
 
-    compiled = jax.jit(program, static_argnums=0, donate_argnums=1)
+    def arrays_of(args, kwargs):
+        """``(spec, donated, kept)``: settled once per structure and constants, where no
+        nnx object is among the arguments (those are split by nnx on every call)."""
+        leaves, treedef = jax.tree.flatten(_without(args, kwargs, argnums, argnames))
+        constants = tuple(x for x in leaves if type(x) is not _ARRAY and not _is_dynamic(x))
+        key = (treedef, constants) if not (argnums or argnames) else (
+            treedef, constants, tuple((i, args[i]) for i in argnums if i < len(args)),
+            tuple((n, kwargs[n]) for n in argnames if n in kwargs))
+        try:
+            hit = known.get(key)
+        except TypeError:  # an unhashable constant: _split says which
+            hit = None
+        if hit is not None:
+            entry, dynamic, give = hit
+            arrays = [x for x, d in zip(leaves, dynamic, strict=True) if d]
+            return (entry, [x for x, g in zip(arrays, give, strict=True) if g],
+                    [x for x, g in zip(arrays, give, strict=True) if not g])
+        spec, donated, kept = _split(name, args, kwargs, argnums, argnames, donate_nums,
+                                     donate_names)
+        entry = programs.get(spec)
+        if entry is None:  # [spec, its jitted program, whether its flag is on the host]
+            entry = programs[spec] = [spec, jax.jit(functools.partial(program, spec),
+                                                    donate_argnums=0), None]
+        if spec.graph is None:
+            constants = dict(spec.statics)
+            known[key] = (entry, tuple(i not in constants for i in range(len(leaves))),
+                          spec.donated)
+        return entry, donated, kept
+
     calls = 0
 
     @functools.wraps(fn)
@@ -595,34 +689,46 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         queue = _queue()
         if queue:
             _settle(queue, MAX_PENDING - 1)
-        spec, donated, kept = _split(name, args, kwargs, argnums, argnames, donate_nums,
-                                     donate_names)
-        flag, err, arrays, state = compiled(spec, donated, kept)
-        out = _join_result(arrays, results[spec])
+        entry, donated, kept = arrays_of(args, kwargs)
+        flag, leaves, arrays, state = entry[1](donated, kept)
+        how, layout = results[entry[0]]
+        err = _Error(layout, flag, leaves)
+        out = _join_result(arrays, how)
         if isinstance(flag, jax.core.Tracer):  # called inside a transformation
             if _jaxprivate.checkify_errors() is None:
                 fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
                      "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
                      "where its result's check cannot be read. Put the transformation inside "
                      "it, as in xgather.checked(jax.jit(f)); checked compiles fn already")
-            checkify.check_error(err)  # an outer checkify takes the check over
+            checkify.check_error(err.error())  # an outer checkify takes the check over
             return out
         if state is not None:
             _nnx().update((args, kwargs), state)
         calls += 1
         pending = _Pending(flag, err, name, calls)
         if flag is None:
-            if err.get() is not None:
+            if err.error().get() is not None:
                 _raise(pending, deferred=False)
         elif sync or _sync_all:
-            if bool(flag):
+            if first_set(flag):
                 _raise(pending, deferred=False)
         else:
-            flag.copy_to_host_async()
+            if entry[2] is None:  # a flag on a CPU is on the host already
+                entry[2] = all(d.platform == "cpu" for d in flag.devices())
+            if not entry[2]:
+                flag.copy_to_host_async()
             queue.append(pending)
         return out
 
     return wrapper
+
+
+def first_set(flag) -> bool:
+    """:func:`flag_set` for a 1-D flag (:func:`_pack`): its first value."""
+    try:
+        return any(memoryview(flag).cast("B")[:flag.dtype.itemsize])
+    except (BufferError, TypeError, NotImplementedError):
+        return bool(np.asarray(flag)[0])
 
 
 def flag_set(flag) -> bool:
