@@ -7,7 +7,6 @@ import functools
 from typing import NoReturn
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -21,62 +20,47 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None):
     """``use`` (the gather; identity if None) of the indices made ready, and the flag.
 
     Returns ``(bad, use(indices))``: negative indices wrapped where the spec says
-    so (for larger gathers in a branch of their own, skipped when no index lies
-    outside ``[0, s-1]``: see :func:`flag_and_wrap`), 64-bit indices narrowed on
-    XLA:CPU; ``bad`` (None without ``flag``) is true where some index lies
-    outside the spec's range. ``"error"`` emits the traced check on ``bad``
-    (:func:`xgather._check.emit`; ``flag`` is then implied).
+    so, 64-bit indices narrowed on XLA:CPU; ``bad`` (None without ``flag``) is true
+    where some index lies outside the spec's range. ``"error"`` emits the traced
+    check (:func:`xgather._check.emit`), whose flag ``bad`` then is.
     """
     indices = _modes.widen(plan, indices)
-    error = mode == "error"
     use = use or (lambda i: i)
-    bad, out = flag_and_wrap(plan, indices, flag or error, lambda i: use(_modes.narrow(plan, i)))
-    if error:
-        _check.emit(plan, indices, bad)
+    bad, out = flag_and_wrap(plan, indices, flag and mode != "error",
+                             lambda i: use(_modes.narrow(plan, i)), fused=mode == "error")
+    if mode == "error":
+        bad = _check.emit(plan, indices)
     return bad, out
 
 
-def flag_and_wrap(plan: Plan, indices, flag: bool, use):
+def flag_and_wrap(plan: Plan, indices, flag: bool, use, fused: bool = False):
     """``use`` (the gather) of the indices wrapped, and with ``flag`` whether one is bad.
 
     Returns ``(bad, use(wrapped))``; ``bad`` (None without ``flag``) is true where
     an index lies outside the spec's range. Every program is exact for every legal
     index: the wrap is never skipped on a guess. Indices that cannot be negative
     (unsigned, or ``negative_indices=False``) need no wrap, known at trace time.
-    Otherwise, by ``plan.wrap_pass``:
 
-    * ``"fused"`` (small gathers, wide slices): the wrap is a compare and a select
-      inside the gather, where a branch would cost more.
-    * ``"separate"`` and ``"gather"``: one reduction over the indices asks whether
-      any lies outside ``[0, s-1]``; only then does a branch of a conditional
-      compute the flag and the wrap. Indices in ``[0, s-1]``, the common case, so
-      cost one read. The branch also keeps the wrap out of the gather: XLA fuses
-      such cheap producers into it, where they are recomputed for every element
-      copied (a conditional stops that). With ``"gather"`` (element gathers, as
-      many indices as elements copied) ``use`` runs inside each branch, so that
-      the indices are not copied out of the conditional; with ``"separate"`` (row
-      gathers) after it.
+    With ``flag`` or ``fused`` (the programs that check), or where ``plan.wrap_pass``
+    is ``"fused"`` (small gathers, wide slices), the wrap is a compare and a select
+    inside the gather: it runs as fast there as in a branch of its own and compiles
+    30-40% faster (docs/lowering.md). Otherwise (``"separate"``, ``"gather"``) one
+    reduction over the indices asks whether any is negative, and only then does a
+    branch of a conditional wrap them: indices in ``[0, s-1]``, the common case, go to
+    the gather untouched, and XLA cannot fuse the wrap into the gather, where it would
+    be recomputed for every element copied. With ``"gather"`` (element gathers, as many
+    indices as elements copied) ``use`` runs inside each branch, so that the indices
+    are not copied out of the conditional; with ``"separate"`` (row gathers) after it.
     """
+    bad = _check.any_bad(plan, indices) if flag else None
     if not _modes.wraps(plan, indices):
-        return (_check.any_bad(plan, indices) if flag else None), use(indices)
-    if plan.wrap_pass == "fused":
-        return (_check.any_bad(plan, indices) if flag else None), use(_modes.wrap(plan, indices))
+        return bad, use(indices)
+    if flag or fused or plan.wrap_pass == "fused":
+        return bad, use(_modes.wrap(plan, indices))
     inner = use if plan.wrap_pass == "gather" else (lambda i: i)
     outer = (lambda i: i) if plan.wrap_pass == "gather" else use
-    if not flag:
-        return None, outer(lax.cond(_check.reduce_any(indices < 0, backend=plan.backend),
-                                    lambda i: inner(_modes.wrap(plan, i)), inner, indices))
-
-    def some_outside(i):  # taken only where an index is negative or bad: compiled lean
-        return _check.any_bad(plan, i, blocked=False), inner(_modes.wrap(plan, i))
-
-    def all_inside(i):
-        return jnp.zeros((), bool), inner(i)
-
-    outside = (indices < 0) | (indices >= _modes.bounds_array(plan, indices))
-    bad, out = lax.cond(_check.reduce_any(outside, backend=plan.backend), some_outside,
-                        all_inside, indices)
-    return bad, outer(out)
+    return None, outer(lax.cond(_check.reduce_any(indices < 0, backend=plan.backend),
+                                lambda i: inner(_modes.wrap(plan, i)), inner, indices))
 
 
 def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints = NO_HINTS,

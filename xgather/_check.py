@@ -41,11 +41,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.experimental import checkify
 
 from xgather import _jaxprivate
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
-from xgather._modes import TraceState, bounds_array, valid, widen
+from xgather._modes import TraceState, valid, widen
 
 # -- 1. the flag -------------------------------------------------------------------------------
 
@@ -65,7 +66,7 @@ _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
-def reduce_any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
+def reduce_any(bad, pad: bool = True, *, backend: str):
     """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
 
     On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
@@ -74,9 +75,8 @@ def reduce_any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
     more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size;
     without it they are reduced by ``jnp.any``. Above ``_EAGER_REPORT``, a first
     stage reduces (rows, lanes) blocks over their rows, fused with the compare
-    that makes ``bad``. ``blocked=False`` skips that stage, for flags that are
-    rarely computed. ``backend`` is the plan's: both forms compute the same flag,
-    so a program lowered for another backend stays exact.
+    that makes ``bad``. ``backend`` is the plan's: both forms compute the same
+    flag, so a program lowered for another backend stays exact.
     """
     flat = bad.ravel()
     n = flat.size
@@ -84,7 +84,7 @@ def reduce_any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
         return jnp.zeros((), bool)
     if backend != "cpu":
         return jnp.any(flat)
-    m, _, size = _cpu_flag_steps(n, blocked, pad)
+    m, _, size = _cpu_flag_steps(n, pad)
     if m:
         lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
         flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
@@ -95,39 +95,46 @@ def reduce_any(bad, blocked: bool = True, pad: bool = True, *, backend: str):
     return jnp.max(flat.astype(jnp.float32)) > 0
 
 
-def _cpu_flag_steps(n: int, blocked: bool = True, pad: bool = True) -> tuple[int, int, int]:
+def _cpu_flag_steps(n: int, pad: bool = True) -> tuple[int, int, int]:
     """``(m, read, size)``: how :func:`reduce_any` reduces ``n`` values on XLA:CPU. The
     first ``m`` are reduced in (rows, lanes) blocks first (0: none), leaving ``read``
     values, which the float32 max reads padded to ``size``."""
     block = _BLOCK_ROWS * _BLOCK_LANES
-    m = n // block * block if blocked and n > _EAGER_REPORT else 0
+    m = n // block * block if n > _EAGER_REPORT else 0
     read = size = m // _BLOCK_ROWS + n - m
     if pad and _UNROLLED_MAX < read < _LIBRARY_MIN:
         size = _LIBRARY_MIN
     return m, read, size
 
 
-def any_bad(plan, indices, blocked: bool = True):
+def any_bad(plan, indices):
     """The flag: some index lies outside the spec's range (before any wrap)."""
-    return reduce_any(jnp.logical_not(valid(plan, indices, jnp)), blocked, pad=not plan.small,
+    return reduce_any(jnp.logical_not(valid(plan, indices, jnp)), pad=not plan.small,
                       backend=plan.backend)
 
 
 def flag_text(plan) -> str:
     """What ``explain`` says of the flag that the ``"error"`` mode's check reduces."""
     n = math.prod(plan.indices_shape)
-    what = 'bound check (mode="error"): '
+    if n == 0:
+        return 'bound check (mode="error"): no index to check'
+    return ('bound check (mode="error"): under a transformation, one reduction over the '
+            f"{n} index values counts the bad ones and finds the first; on device indices "
+            "eagerly, " + _flag_form(plan, n))
+
+
+def _flag_form(plan, n: int) -> str:
+    """The form of :func:`any_bad` over ``n`` index values."""
     if plan.backend != "cpu":
-        return what + f"jnp.any over the {n} index values"
+        return f"jnp.any over the {n} index values"
     m, read, size = _cpu_flag_steps(n, pad=not plan.small)
     blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
               else "")
     if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
-        return what + f"jnp.any over the {n} index values" + (f" ({blocks}over {read})"
-                                                                  if m else "")
+        return f"jnp.any over the {n} index values" + (f" ({blocks}over {read})" if m else "")
     kind = "one unrolled max" if size <= _UNROLLED_MAX else "the library max"
     padded = f" padded to {size}" if size > read else ""
-    return what + f"a float32 max over the {n} index values ({blocks}{kind} over {read}{padded})"
+    return f"a float32 max over the {n} index values ({blocks}{kind} over {read}{padded})"
 
 
 # -- 2. the report -----------------------------------------------------------------------------
@@ -164,18 +171,43 @@ def report_format(plan, ndim: int, where: str = "") -> str:
             f"for data axis {axis} of size {size} ({count} {REPORT_END}{tail}")
 
 
-def report_args(plan, indices, xp):
-    """The values :func:`report_format` shows, packed in one array (NumPy or JAX)."""
-    bad = xp.logical_not(valid(plan, indices, xp)).ravel()
-    first = xp.argmax(bad)
-    pos = xp.unravel_index(first, indices.shape)
-    axes = np.broadcast_to(np.asarray(plan.index_axes), indices.shape if plan.index_vector
-                           else (1,)).ravel()
-    size = xp.broadcast_to(bounds_array(plan, indices, xp), indices.shape).ravel()[first]
-    axis = xp.asarray(axes)[first % axes.size]
-    value = indices.ravel()[first] if indices.ndim else indices
-    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, bad.sum()]
+def report_args(plan, indices):
+    """The values :func:`report_format` shows, packed in one array, from concrete indices."""
+    bad = np.logical_not(valid(plan, indices, np)).ravel()
+    first = int(np.argmax(bad))
+    return np.asarray(_report_values(plan, indices, bad.sum(), first, np))
+
+
+def _report_values(plan, indices, count, first, xp):
+    """The report from the first bad index's flat position and the count of bad ones:
+    what is left is scalar work (a dynamic read of one index, an unravel)."""
+    k = indices.shape[-1] if plan.index_vector else 1
+    component = first % k
+    bounds, axes = np.asarray(plan.bounds), np.asarray(plan.index_axes)
+    size = xp.asarray(bounds)[component] if plan.index_vector else bounds[0]
+    axis = xp.asarray(axes)[component] if plan.index_vector else axes[0]
+    if indices.ndim == 0:
+        value, pos = indices, ()
+    elif xp is np:
+        value, pos = indices.ravel()[first], np.unravel_index(first, indices.shape)
+    else:
+        value = lax.dynamic_index_in_dim(indices.ravel(), first, keepdims=False)
+        pos = jnp.unravel_index(first, indices.shape)
+    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, count]
     return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
+
+
+def _count_first(plan, indices):
+    """``(count, first)`` of the indices outside the spec's range: how many, and the flat
+    position of the first (its size where none is), in one variadic reduction."""
+    bad = jnp.logical_not(valid(plan, indices, jnp)).ravel()
+    n = bad.size
+    kind = jnp.int64 if n >= np.iinfo(np.int32).max else jnp.int32
+    count, first = bad.astype(kind), jnp.where(bad, lax.iota(kind, n), n)
+    # One pass: a first stage over (rows, lanes) blocks, as the flag's, ran 2x slower on
+    # XLA:CPU (integer reductions over the rows are not vectorized) and compiled slower.
+    return lax.reduce((count, first), (kind(0), kind(n)),
+                      lambda a, b: (a[0] + b[0], jnp.minimum(a[1], b[1])), (0,))
 
 
 _HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy's reductions
@@ -209,8 +241,7 @@ def host_check(plan, indices) -> None:
     if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
         return
     indices = widen(plan, indices)  # room for sizes and counts
-    raise OutOfBoundsError(report_format(plan, indices.ndim).format(
-        report_args(plan, indices, np)))
+    raise OutOfBoundsError(report_format(plan, indices.ndim).format(report_args(plan, indices)))
 
 
 def host_checker(plan):
@@ -239,24 +270,64 @@ def replicated(x):
     return x
 
 
-def emit(plan, indices, bad=None) -> None:
-    """The traced check: a checkify check on the flag ``bad`` (computed here when not
-    given) that carries the report and the user's file and line. Above
-    ``_EAGER_REPORT`` indices the report is computed under ``lax.cond`` only when
-    the flag is set."""
+def emit(plan, indices):
+    """The traced check: a checkify check on whether some index is out of range, which
+    carries the report and the user's file and line; returns that flag.
+
+    One variadic reduction over the indices gives the flag, the count of bad indices
+    and the first one's flat position. Under :func:`checked` the check carries those
+    and the first bad value alone, and the host makes the report from them when it
+    raises (:func:`_site_report`): the scalar work of the report compiles slower than
+    the reduction. Under a ``checkify`` of the user's, the device makes the whole
+    report, which that ``checkify`` formats.
+    """
     if indices.size == 0:
-        return
-    if bad is None:
-        bad = any_bad(plan, indices)
+        return jnp.zeros((), bool)
     indices = replicated(indices)
-    if indices.size <= _EAGER_REPORT:
-        report = report_args(plan, indices, jnp)
+    count, first = _count_first(plan, indices)
+    bad = count > 0
+    where = _call_site()
+    if _TRACING.value == "yes":
+        value = lax.dynamic_index_in_dim(indices.ravel(), first, keepdims=False)
+        report = jnp.stack([count.astype(indices.dtype), first.astype(indices.dtype), value])
+        checkify.check(jnp.logical_not(bad), _site(plan, indices.shape, where), report)
     else:
-        shape = jax.eval_shape(lambda i: report_args(plan, i, jnp), indices)
-        report = jax.lax.cond(bad, lambda i: report_args(plan, i, jnp),
-                              lambda i: jnp.zeros(shape.shape, shape.dtype), indices)
-    checkify.check(jnp.logical_not(bad), report_format(plan, indices.ndim, _call_site()),
-                   report)
+        checkify.check(jnp.logical_not(bad), report_format(plan, indices.ndim, where),
+                       _report_values(plan, indices, count, first, jnp))
+    return bad
+
+
+_SITE = "xgather report of site "  # a compact report's message: the site, then 3 values
+_sites: dict[tuple, int] = {}
+_site_list: list[tuple] = []
+_sites_lock = threading.Lock()
+
+
+def _site(plan, shape, where: str) -> str:
+    """The message of a compact report: the site's number and three values to format."""
+    key = (plan, shape, where)
+    with _sites_lock:
+        number = _sites.get(key)
+        if number is None:
+            number = _sites[key] = len(_site_list)
+            _site_list.append(key)
+    return f"{_SITE}{number}: {{0[0]}} {{0[1]}} {{0[2]}}"
+
+
+def _site_report(msg: str) -> str | None:
+    """The report of a compact message (:func:`_site`), made on the host; None for any
+    other message."""
+    if not msg.startswith(_SITE):
+        return None
+    number, values = msg[len(_SITE):].split(":", 1)
+    plan, shape, where = _site_list[int(number)]
+    count, first, value = (int(v) for v in values.split()[:3])
+    k = shape[-1] if plan.index_vector else 1
+    size = plan.bounds[first % k] if plan.index_vector else plan.bounds[0]
+    axis = plan.index_axes[first % k] if plan.index_vector else plan.index_axes[0]
+    pos = tuple(int(p) for p in np.unravel_index(first, shape)) if shape else ()
+    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, count]
+    return report_format(plan, len(shape), where).format(args)
 
 
 # -- 3. where a traced check may go ------------------------------------------------------------
@@ -424,6 +495,7 @@ def _raise(pending: _Pending, deferred: bool, later: int = 0):
     if msg is None:  # pragma: no cover - a flag set without a message
         raise AssertionError(f"{where}: a check failed without a report")
     msg = msg.split(" (`check` failed)")[0]
+    msg = _site_report(msg) or msg
     if REPORT_END not in msg:  # a user's own checkify.check
         try:
             error.throw()
@@ -694,14 +766,15 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         how, layout = results[entry[0]]
         err = _Error(layout, flag, leaves)
         out = _join_result(arrays, how)
-        if isinstance(flag, jax.core.Tracer):  # called inside a transformation
+        if isinstance(flag if flag is not None else leaves[0], jax.core.Tracer):
+            # called inside a transformation
             if _jaxprivate.checkify_errors() is None:
                 fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
                      "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
                      "where its result's check cannot be read. Put the transformation inside "
                      "it, as in xgather.checked(jax.jit(f)); checked compiles fn already")
-            checkify.check_error(err.error())  # an outer checkify takes the check over
-            return out
+            # An outer checkify takes the checks over: fn again, traced with the report.
+            return fn(*args, **kwargs)
         if state is not None:
             _nnx().update((args, kwargs), state)
         calls += 1
