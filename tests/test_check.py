@@ -211,7 +211,7 @@ def test_checked_inside_a_transformation_says_it_must_be_outermost(outer):
 
 
 def test_checked_inside_a_users_checkify_leaves_the_check_to_it():
-    f = checkify.checkify(xgather.checked(lambda d, i: G(d, i)))
+    f = jax.jit(checkify.checkify(xgather.checked(lambda d, i: G(d, i))))
     err, _ = f(DATA, np.array([0, 5]))
     assert "index 5 at indices[1]" in err.get()
 

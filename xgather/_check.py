@@ -440,42 +440,54 @@ def raise_if_error() -> None:
         _settle(queue, 0)
 
 
-def _pack(err):
-    """``(flag, leaves, layout)``: what a checked program returns of the checkify ``err``.
+_layouts: list[tuple] = []  # how each traced checkify Error is packed (_pack)
+_layouts_lock = threading.Lock()
 
-    Where every array of ``err`` is of integers or booleans (xgather's reports, most
-    checks), ``flag`` is one 1-D integer array: whether a check failed, then every
-    array of ``err`` raveled; ``leaves`` is empty. Otherwise ``flag`` is that boolean
-    alone (1-D, one value) and ``leaves`` are ``err``'s arrays. ``layout`` rebuilds
-    ``err`` (:class:`_Error`).
+
+def _pack(err):
+    """``(flag, leaves)``: what a checked program returns of the checkify ``err``.
+
+    ``flag`` is one 1-D integer array: whether a check failed, the number of the
+    layout that rebuilds ``err`` (traced into the program), then, where every array of
+    ``err`` is of integers or booleans (xgather's reports, most checks), those arrays
+    raveled, and ``leaves`` is empty; otherwise ``leaves`` are ``err``'s arrays. Each
+    output of a program costs its call about a microsecond and a half: the checkify
+    Error is rebuilt only where a check failed (:class:`_Error`).
     """
-    flag = _flag(err)
+    preds = _jaxprivate.error_predicates(err)
     leaves, structure = jax.tree.flatten(err)
     shapes = tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves)
-    if flag is None:  # this JAX's Error has no predicates to read: the error at the call
-        return None, leaves, (structure, shapes, False)
-    if all(np.issubdtype(d, np.integer) or d == np.bool_ for _, d in shapes):
-        wide = jnp.int64 if any(d.itemsize == 8 for _, d in shapes) else jnp.int32
-        packed = jnp.concatenate([flag.astype(wide)[None]]
-                                 + [jnp.ravel(x).astype(wide) for x in leaves])
-        return packed, [], (structure, shapes, True)
-    return flag[None], leaves, (structure, shapes, False)
+    packed = all(np.issubdtype(d, np.integer) or d == np.bool_ for _, d in shapes)
+    with _layouts_lock:
+        number = len(_layouts)
+        _layouts.append((structure, shapes, packed))
+    if preds is None:  # this JAX's Error hides its predicates: read every call's error
+        _jaxprivate.fallback("Error._pred", "xgather.checked reads every call's error")
+        failed = jnp.ones((), bool)
+    else:
+        failed = functools.reduce(jnp.logical_or, (jnp.any(p) for p in preds),
+                                  jnp.zeros((), bool))
+    wide = jnp.int64 if any(d.itemsize == 8 for _, d in shapes) and packed else jnp.int32
+    head = [failed.astype(wide)[None], jnp.full((1,), number, wide)]
+    if packed:
+        return jnp.concatenate(head + [jnp.ravel(x).astype(wide) for x in leaves]), []
+    return jnp.concatenate(head), leaves
 
 
 class _Error:
     """A checkify ``Error`` as its program returned it (:func:`_pack`), made an ``Error``
     again only where a check failed."""
-    __slots__ = ("layout", "flag", "leaves")
+    __slots__ = ("flag", "leaves")
 
-    def __init__(self, layout, flag, leaves):
-        self.layout, self.flag, self.leaves = layout, flag, leaves
+    def __init__(self, flag, leaves):
+        self.flag, self.leaves = flag, leaves
 
     def error(self):
-        structure, shapes, packed = self.layout
+        values = np.asarray(self.flag)
+        structure, shapes, packed = _layouts[int(values[1])]
         if not packed:
             return structure.unflatten(self.leaves)
-        traced = isinstance(self.flag, jax.core.Tracer)  # inside a checkify of the user's
-        values, at, leaves = self.flag if traced else np.asarray(self.flag), 1, []
+        at, leaves = 2, []
         for shape, dtype in shapes:
             n = math.prod(shape)
             leaves.append(values[at:at + n].astype(dtype).reshape(shape))
@@ -492,8 +504,8 @@ def _raise(pending: _Pending, deferred: bool, later: int = 0):
         where += (" (an earlier call, whose flag was read after it returned; "
                   "xgather.checked(f, sync=True) raises at the call itself")
         where += f"; {later} later call(s) were pending and are not checked)" if later else ")"
-    if msg is None:  # pragma: no cover - a flag set without a message
-        raise AssertionError(f"{where}: a check failed without a report")
+    if msg is None:  # no check failed (a JAX whose Error hides its predicates)
+        return
     msg = msg.split(" (`check` failed)")[0]
     msg = _site_report(msg) or msg
     if REPORT_END not in msg:  # a user's own checkify.check
@@ -525,19 +537,6 @@ def _report_at_exit() -> None:
 #: functionalised checks) apart from those of a plain call, which gets xgather's own error.
 _TRACING = TraceState("xgather_checked_tracing", ("no", "yes"), "no",
                       "Whether xgather.checked is tracing (set by xgather alone).")
-
-
-def _flag(err):
-    """One boolean: some check of the checkify error ``err`` failed (None where this JAX's
-    Error has no predicates to read: the error is then read at the call)."""
-    preds = _jaxprivate.error_predicates(err)
-    if preds is None:
-        _jaxprivate.fallback("Error._pred", "xgather.checked reads each call's error at the call")
-        return None
-    flag = jnp.zeros((), bool)
-    for p in preds:
-        flag = flag | jnp.any(p)
-    return flag
 
 
 _ARRAY = _jaxprivate.ARRAY_IMPL
@@ -702,30 +701,34 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     argnums, argnames = _argnums(static_argnums), _argnums(static_argnames)
     donate_nums, donate_names = _argnums(donate_argnums), _argnums(donate_argnames)
 
-    results: dict = {}  # spec -> how the result's and the error's arrays go back together
-    programs: dict = {}  # spec -> [spec, its jitted program, whether its flag is on the host]
+    results: dict = {}  # spec -> how the result's arrays go back into its structure
+    programs: dict = {}  # spec -> [spec, its jitted program]
     known: dict = {}  # (structure, constants) -> (that list, array leaves, donated): no nnx
 
     def program(spec, donated, kept):
-        how = []
-
+        """The program of arguments that ``jax.jit`` cannot take as they are: ``fn`` on
+        their array leaves, nnx's variables written back (:class:`_Spec`)."""
         def body(donated, kept):
             args, kwargs = spec.build(donated, kept)
-            arrays, result = _split_result(fn(*args, **kwargs))
-            how.append(result)
+            arrays, results[spec] = _split_result(fn(*args, **kwargs))
             return arrays, spec.state(args, kwargs)
         with _TRACING.traced_as("yes"):
             err, (out, state) = checkify.checkify(body, errors=checkify.user_checks)(donated,
                                                                                       kept)
-        # The error leaves its program as one array where it can: the flag first, then
-        # every array of the checkify Error (each output of a program costs its call about
-        # a microsecond and a half); the Error is rebuilt only where a check failed.
-        flag, leaves, layout = _pack(err)
-        results[spec] = (how[0], layout)
-        return flag, leaves, out, state
+        return *_pack(err), out, state
+
+    def direct_program(*args, **kwargs):
+        """The program of arguments that ``jax.jit`` takes as they are (arrays, numbers)."""
+        with _TRACING.traced_as("yes"):
+            err, out = checkify.checkify(fn, errors=checkify.user_checks)(*args, **kwargs)
+        return *_pack(err), out
+
+    direct = jax.jit(direct_program, static_argnums=argnums, static_argnames=argnames,
+                     donate_argnums=donate_nums, donate_argnames=donate_names)
+    direct_fails = False  # once jax.jit refused the arguments as they are
 
     def arrays_of(args, kwargs):
-        """``(spec, donated, kept)``: settled once per structure and constants, where no
+        """``(entry, donated, kept)``: settled once per structure and constants, where no
         nnx object is among the arguments (those are split by nnx on every call)."""
         leaves, treedef = jax.tree.flatten(_without(args, kwargs, argnums, argnames))
         constants = tuple(x for x in leaves if type(x) is not _ARRAY and not _is_dynamic(x))
@@ -744,16 +747,33 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         spec, donated, kept = _split(name, args, kwargs, argnums, argnames, donate_nums,
                                      donate_names)
         entry = programs.get(spec)
-        if entry is None:  # [spec, its jitted program, whether its flag is on the host]
+        if entry is None:
             entry = programs[spec] = [spec, jax.jit(functools.partial(program, spec),
-                                                    donate_argnums=0), None]
+                                                    donate_argnums=0)]
         if spec.graph is None:
             constants = dict(spec.statics)
             known[key] = (entry, tuple(i not in constants for i in range(len(leaves))),
                           spec.donated)
         return entry, donated, kept
 
+    def run(args, kwargs):
+        """``(flag, leaves, out, state)`` of one call: through ``jax.jit`` as it is where it
+        takes the arguments and the result (no nnx objects, no constants), else through
+        :func:`arrays_of` (fewer microseconds a call the first way)."""
+        nonlocal direct_fails
+        if not direct_fails and "flax.nnx" not in sys.modules:
+            try:
+                return (*direct(*args, **kwargs), None)
+            except TypeError as err:  # a function, a string, an equinox field: a constant
+                if "not a valid JAX type" not in str(err):
+                    raise
+                direct_fails = True
+        entry, donated, kept = arrays_of(args, kwargs)
+        flag, leaves, arrays, state = entry[1](donated, kept)
+        return flag, leaves, _join_result(arrays, results[entry[0]]), state
+
     calls = 0
+    on_host: list = []  # whether flags are on the host already (a CPU's), once known
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -761,13 +781,8 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         queue = _queue()
         if queue:
             _settle(queue, MAX_PENDING - 1)
-        entry, donated, kept = arrays_of(args, kwargs)
-        flag, leaves, arrays, state = entry[1](donated, kept)
-        how, layout = results[entry[0]]
-        err = _Error(layout, flag, leaves)
-        out = _join_result(arrays, how)
-        if isinstance(flag if flag is not None else leaves[0], jax.core.Tracer):
-            # called inside a transformation
+        flag, leaves, out, state = run(args, kwargs)
+        if isinstance(flag, jax.core.Tracer):  # called inside a transformation
             if _jaxprivate.checkify_errors() is None:
                 fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
                      "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
@@ -778,17 +793,14 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         if state is not None:
             _nnx().update((args, kwargs), state)
         calls += 1
-        pending = _Pending(flag, err, name, calls)
-        if flag is None:
-            if err.error().get() is not None:
-                _raise(pending, deferred=False)
-        elif sync or _sync_all:
+        pending = _Pending(flag, _Error(flag, leaves), name, calls)
+        if sync or _sync_all:
             if first_set(flag):
                 _raise(pending, deferred=False)
         else:
-            if entry[2] is None:  # a flag on a CPU is on the host already
-                entry[2] = all(d.platform == "cpu" for d in flag.devices())
-            if not entry[2]:
+            if not on_host:  # a flag on a CPU is on the host already
+                on_host.append(all(d.platform == "cpu" for d in flag.devices()))
+            if not on_host[0]:
                 flag.copy_to_host_async()
             queue.append(pending)
         return out
