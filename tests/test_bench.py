@@ -339,8 +339,15 @@ def test_quick_run_end_to_end(tmp_path):
     assert {c["workload"] for c in rec["check_cost"]} == set(default_keys("cpu"))
     # Peers ran (numpy at least): the check cost comes from rounds of the pair alone.
     assert {c["rounds_of"] for c in rec["check_cost"]} == {"the pair alone"}
-    assert all(len(r["check_samples_s"]) == 3 for r in rec["results"]
-               if r["system"] in ("xgather", "xgather[promise]"))
+    assert all(len(r["check_samples_s"]) == 3 and len(r["pipelined_samples_s"]) == 3
+               for r in rec["results"] if r["system"] in ("xgather", "xgather[promise]"))
+    for c in rec["check_cost"]:  # pipelined: 10 calls, then one wait, in rounds of their own
+        r = next(x for x in rec["results"]
+                 if (x["workload"], x["system"]) == (c["workload"], c["system"]))
+        b = next(x for x in rec["results"]
+                 if (x["workload"], x["system"]) == (c["workload"], c["baseline"]))
+        assert c["ratio_pipelined"] == pytest.approx(
+            stats.paired_ratio(r["pipelined_samples_s"], b["pipelined_samples_s"]))
     assert not any("check_samples_s" in r for r in rec["results"]
                    if r["system"] not in ("xgather", "xgather[promise]"))
     assert "(rounds of the pair alone)" in proc.stdout
@@ -762,3 +769,35 @@ def test_the_eager_bench_checks_each_result_before_timing(monkeypatch):
     monkeypatch.setattr(eager, "ops", lambda: {**real, "onnx.gather": (shifted, "rows", (0,))})
     with pytest.raises(AssertionError, match="onnx.gather promise_in_bounds device"):
         eager.run(repeats=2, calls=1)
+
+
+def test_the_check_bench_end_to_end(tmp_path, capsys):
+    """xgather-bench check: promise, the deferred default and sync=True, each blocked and
+    pipelined in shared rounds; ratios are paired; a pipelined sample is per call."""
+    from xgather_bench import check
+    from xgather_bench.__main__ import main
+    out = tmp_path / "check.json"
+    assert main(["check", "--quick", "--repeats", "2", "--workloads", "W8,W7,M1",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    rec = json.loads(out.read_text())
+    assert rec["schema"] == check.SCHEMA and rec["pipeline"] == check.PIPELINE == 10
+    assert [r["workload"] for r in rec["results"]] == ["W8", "W7", "M1"]
+    systems_ = {f"{m} {s}" for m in ("promise", "default", "sync")
+                for s in ("blocked", "pipelined")}
+    for r in rec["results"]:
+        assert set(r["samples_s"]) == systems_ and r["rounds"] == 2
+        assert r["checked"] == (r["workload"] != "W7")  # OpenVINO's default fills
+        for shape in ("blocked", "pipelined"):
+            for mode in ("default", "sync"):
+                assert r[f"{mode}/promise {shape}"] == pytest.approx(stats.paired_ratio(
+                    r["samples_s"][f"{mode} {shape}"], r["samples_s"][f"promise {shape}"]))
+        assert set(r["host_call_s"]) == set(r["first_call_s"]) == set(check.MODES)
+        assert r["host_split_s"]["dispatch"] == r["host_call_s"]["default"]
+        assert r["host_split_s"]["flag_read"] == pytest.approx(
+            max(0.0, r["host_call_s"]["sync"] - r["host_call_s"]["default"]))
+        assert r["first_call_ratio"] == pytest.approx(r["first_call_s"]["default"]
+                                                      / r["first_call_s"]["promise"])
+        row = next(ln for ln in text.splitlines() if ln.startswith(r["workload"] + " "))
+        assert f"{r['default/promise pipelined']:.2f}" in row.split()
+    assert "pipelined = 10 calls then one wait" in text

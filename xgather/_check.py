@@ -3,13 +3,14 @@
 Read top to bottom, this module is the whole check:
 
 1. **The flag** (:func:`any_bad`): one boolean, "some index lies outside the
-   spec's range", reduced beside the gather in the form each backend runs fastest.
+   spec's range", reduced beside the gather in the form each backend runs fastest:
+   what an eager call on device indices reads.
 2. **The report** (:func:`report_format`, :func:`report_args`): the op, the first
    bad index as given, its position, the valid range and the count of bad
    indices. Concrete indices are checked on the host (:func:`host_check`);
-   traced ones get a ``checkify`` check that carries the report
-   (:func:`emit`), computed on the device only when the flag is set (above
-   ``_EAGER_REPORT`` indices).
+   traced ones get a ``checkify`` check (:func:`emit`) whose one reduction gives
+   the flag, the count and the first position; under :func:`checked` the host
+   makes the report from those when it raises.
 3. **Where a traced check may go** (:func:`traced`): under ``checkify`` that
    keeps user checks (so under :func:`checked`), else a clear error at trace time.
 4. **When a failure is raised** (:func:`checked`): each call returns its result
@@ -50,8 +51,7 @@ from xgather._modes import TraceState, valid, widen
 
 # -- 1. the flag -------------------------------------------------------------------------------
 
-# Up to this many indices the check's report is computed on every call (cheaper than
-# a branch); above it, only when some index is bad.
+# Above this many indices, the flag's first stage reduces (rows, lanes) blocks.
 _EAGER_REPORT = 1 << 15
 # XLA:CPU runs a float32 max over _LIBRARY_MIN or more values as a library kernel; over
 # fewer it compiles loops (one unrolled loop up to _UNROLLED_MAX values). Beside large
@@ -60,8 +60,7 @@ _EAGER_REPORT = 1 << 15
 # gathers (Plan.small) the padding would be a large part of the call, so their flags are
 # not padded: a boolean jnp.any compiles faster than the float loops there and runs as
 # fast. Over several thousand values jnp.any compiles slowly, hence the float max
-# everywhere else. Above _EAGER_REPORT a first stage reduces (rows, lanes) blocks. The
-# measurements behind these choices: docs/lowering.md.
+# everywhere else. The measurements behind these choices: docs/lowering.md.
 _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
@@ -204,8 +203,9 @@ def _count_first(plan, indices):
     n = bad.size
     kind = jnp.int64 if n >= np.iinfo(np.int32).max else jnp.int32
     count, first = bad.astype(kind), jnp.where(bad, lax.iota(kind, n), n)
-    # One pass: a first stage over (rows, lanes) blocks, as the flag's, ran 2x slower on
-    # XLA:CPU (integer reductions over the rows are not vectorized) and compiled slower.
+    # One pass. Tried on XLA:CPU and slower: a first stage over (rows, lanes) blocks, as
+    # the flag's (integer reductions over the rows are not vectorized), and a float32 max
+    # for the flag and the first with the count under lax.cond (1.5x the check's time).
     return lax.reduce((count, first), (kind(0), kind(n)),
                       lambda a, b: (a[0] + b[0], jnp.minimum(a[1], b[1])), (0,))
 
