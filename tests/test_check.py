@@ -340,6 +340,24 @@ def _equinox_steps(f, model, state, ids, y):
     assert np.isfinite(float(loss))
 
 
+def test_arguments_jit_refuses_are_constants_and_fn_errors_come_through(monkeypatch):
+    """A function argument (jax.jit's own path refuses it) runs as a compile-time constant;
+    a TypeError of fn's own still reaches the caller."""
+    monkeypatch.delitem(sys.modules, "flax.nnx", raising=False)  # jax.jit's path first
+    f = xgather.checked(lambda d, i, post: post(G(d, i)))
+    np.testing.assert_array_equal(np.asarray(f(DATA, np.array([2, -3]), jnp.negative)),
+                                  -reference.gather(DATA, np.array([2, -3])))
+    np.testing.assert_array_equal(np.asarray(f(DATA, np.array([1]), jnp.abs)), DATA[[1]])
+    f(DATA, np.array([3]), jnp.abs)
+    with pytest.raises(xgather.OutOfBoundsError, match="index 3"):
+        xgather.raise_if_error()
+
+    def wrong(d, i):
+        raise TypeError("fn's own mistake")
+    with pytest.raises(TypeError, match="fn's own mistake"):
+        xgather.checked(wrong)(DATA, np.array([0]))
+
+
 def test_non_hashable_constants_get_a_clear_error():
     f = xgather.checked(lambda d, i, opts: G(d, i))
     with pytest.raises(xgather.XGatherTypeError, match="must be hashable"):

@@ -761,15 +761,16 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         takes the arguments and the result (no nnx objects, no constants), else through
         :func:`arrays_of` (fewer microseconds a call the first way)."""
         nonlocal direct_fails
+        refused = None
         if not direct_fails and "flax.nnx" not in sys.modules:
             try:
                 return (*direct(*args, **kwargs), None)
             except TypeError as err:  # a function, a string, an equinox field: a constant
-                if "not a valid JAX type" not in str(err):
-                    raise
-                direct_fails = True
+                refused = err  # (or fn's own TypeError, which the second way raises again)
         entry, donated, kept = arrays_of(args, kwargs)
         flag, leaves, arrays, state = entry[1](donated, kept)
+        if refused is not None:
+            direct_fails = True  # the second way took what jax.jit refused
         return flag, leaves, _join_result(arrays, results[entry[0]]), state
 
     calls = 0
