@@ -291,6 +291,18 @@ def test_an_nnx_training_step_trains_and_reports_a_bad_id_with_its_line():
     assert not np.array_equal(np.asarray(model.emb[...]), before)
     assert float(step(model, opt, ids, y)) < losses[0]
 
+    @xgather.checked
+    def fresh(model, ids):  # an nnx module as a result, made inside
+        other = Model(nnx.Rngs(1))
+        other.emb[...] = other.emb[...] + model.emb[...]
+        return other, other(ids)
+    other, out = fresh(model, ids)
+    assert isinstance(other, Model) and isinstance(other.emb, nnx.Param)
+    np.testing.assert_allclose(np.asarray(other.emb[...]),
+                               np.asarray(Model(nnx.Rngs(1)).emb[...] + model.emb[...]),
+                               rtol=1e-6)
+    assert out.shape == (4, 3)
+
 
 def test_an_equinox_training_step_with_function_fields_and_donation():
     eqx = pytest.importorskip("equinox")
