@@ -203,9 +203,11 @@ def _count_first(plan, indices):
     n = bad.size
     kind = jnp.int64 if n >= np.iinfo(np.int32).max else jnp.int32
     count, first = bad.astype(kind), jnp.where(bad, lax.iota(kind, n), n)
-    # One pass. Tried on XLA:CPU and slower: a first stage over (rows, lanes) blocks, as
-    # the flag's (integer reductions over the rows are not vectorized), and a float32 max
-    # for the flag and the first with the count under lax.cond (1.5x the check's time).
+    # One pass. Tried on XLA:CPU (jax 0.10.2 and 0.12.0.1) and slower, in time and in
+    # compilation: a first stage over (rows, lanes) blocks, as the flag's, in integers or
+    # in float32 sums (then the first bad one in its block); two float32 reductions (a sum,
+    # and a max of reversed positions); a float32 max for the flag and the first with the
+    # count under lax.cond. Each gave 1.5-2x the check's time on 1M indices.
     return lax.reduce((count, first), (kind(0), kind(n)),
                       lambda a, b: (a[0] + b[0], jnp.minimum(a[1], b[1])), (0,))
 
