@@ -31,16 +31,6 @@ def _no_pending_errors():
     xgather.raise_if_error()
 
 
-def _rows(f, k, bad_at=None):
-    """Call ``f`` ``k`` times on DATA; the call numbered ``bad_at`` (from 1) has a bad index.
-    Returns how many calls returned."""
-    returned = 0
-    for n in range(1, k + 1):
-        f(DATA, np.array([7 if n == bad_at else n % 3, -1]))
-        returned += 1
-    return returned
-
-
 def test_a_bad_index_in_call_10_of_40_raises_before_the_40th_returns():
     f = xgather.checked(jax.jit(lambda d, i: G(d, i)))
     returned = 0

@@ -129,7 +129,7 @@ def test_error_classes_are_standard_exceptions():
     assert issubclass(OutOfBoundsError, IndexError)
 
 
-# Large index arrays: the eager flag's blocks (xgather._check._EAGER_REPORT) and the traced
+# Large index arrays: the eager flag's blocks (xgather._check._BLOCKED_ABOVE) and the traced
 # check's one reduction; the first bad index and the count must come out the same
 # wherever it lies: in the first block, mid-array, or in the ragged tail.
 @pytest.mark.parametrize("shape", [(32768,), (33000,), (3, 41, 997)])
@@ -158,7 +158,7 @@ def test_large_index_arrays_report_the_first_bad_index(shape, where):
 # The flag takes one form per size on XLA:CPU (xgather._check.reduce_any and XLA's own choice):
 # one unrolled max up to a few dozen values, jnp.any up to 4095 beside small gathers (rows
 # of 2 here), padded to 4096 beside large ones (rows of 512), the library max up to
-# _EAGER_REPORT, blocked above. A single bad value at either end must be caught by each, on
+# _BLOCKED_ABOVE, blocked above. A single bad value at either end must be caught by each, on
 # every path.
 @pytest.mark.parametrize("n, width", [(1, 2), (32, 2), (33, 2), (4095, 2), (33, 512),
                                       (4095, 512), (4096, 2), (32769, 2)])

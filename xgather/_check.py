@@ -52,7 +52,7 @@ from xgather._modes import TraceState, valid, widen
 # -- 1. the flag -------------------------------------------------------------------------------
 
 # Above this many indices, the flag's first stage reduces (rows, lanes) blocks.
-_EAGER_REPORT = 1 << 15
+_BLOCKED_ABOVE = 1 << 15
 # XLA:CPU runs a float32 max over _LIBRARY_MIN or more values as a library kernel; over
 # fewer it compiles loops (one unrolled loop up to _UNROLLED_MAX values). Beside large
 # gathers, flags of _UNROLLED_MAX+1 to _LIBRARY_MIN-1 values are padded up to _LIBRARY_MIN,
@@ -72,7 +72,7 @@ def reduce_any(bad, pad: bool = True, *, backend: str):
     boolean reduction of many values becomes a tree of scalar loops, slow to
     compile and to run). With ``pad``, fewer than ``_LIBRARY_MIN`` values (but
     more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size;
-    without it they are reduced by ``jnp.any``. Above ``_EAGER_REPORT``, a first
+    without it they are reduced by ``jnp.any``. Above ``_BLOCKED_ABOVE``, a first
     stage reduces (rows, lanes) blocks over their rows, fused with the compare
     that makes ``bad``. ``backend`` is the plan's: both forms compute the same
     flag, so a program lowered for another backend stays exact.
@@ -99,7 +99,7 @@ def _cpu_flag_steps(n: int, pad: bool = True) -> tuple[int, int, int]:
     first ``m`` are reduced in (rows, lanes) blocks first (0: none), leaving ``read``
     values, which the float32 max reads padded to ``size``."""
     block = _BLOCK_ROWS * _BLOCK_LANES
-    m = n // block * block if n > _EAGER_REPORT else 0
+    m = n // block * block if n > _BLOCKED_ABOVE else 0
     read = size = m // _BLOCK_ROWS + n - m
     if pad and _UNROLLED_MAX < read < _LIBRARY_MIN:
         size = _LIBRARY_MIN
@@ -180,20 +180,24 @@ def report_args(plan, indices):
 def _report_values(plan, indices, count, first, xp):
     """The report from the first bad index's flat position and the count of bad ones:
     what is left is scalar work (a dynamic read of one index, an unravel)."""
-    k = indices.shape[-1] if plan.index_vector else 1
-    component = first % k
+    if indices.ndim == 0:
+        value = indices
+    elif xp is np:
+        value = indices.ravel()[first]
+    else:
+        value = lax.dynamic_index_in_dim(indices.ravel(), first, keepdims=False)
+    args = _report_list(plan, indices.shape, count, first, value, xp)
+    return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
+
+
+def _report_list(plan, shape, count, first, value, xp):
+    """The values :func:`report_format` shows, in its order, for indices of ``shape``."""
+    component = first % shape[-1] if plan.index_vector else 0
     bounds, axes = np.asarray(plan.bounds), np.asarray(plan.index_axes)
     size = xp.asarray(bounds)[component] if plan.index_vector else bounds[0]
     axis = xp.asarray(axes)[component] if plan.index_vector else axes[0]
-    if indices.ndim == 0:
-        value, pos = indices, ()
-    elif xp is np:
-        value, pos = indices.ravel()[first], np.unravel_index(first, indices.shape)
-    else:
-        value = lax.dynamic_index_in_dim(indices.ravel(), first, keepdims=False)
-        pos = jnp.unravel_index(first, indices.shape)
-    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, count]
-    return xp.stack([xp.asarray(a).astype(indices.dtype) for a in args])
+    pos = xp.unravel_index(first, shape) if shape else ()
+    return [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, count]
 
 
 def _count_first(plan, indices):
@@ -299,21 +303,34 @@ def emit(plan, indices):
     return bad
 
 
+class _Numbered:
+    """Hashable things that a program refers to by number (traced into it as a constant),
+    each numbered once: the host looks the number up when a check failed."""
+
+    def __init__(self):
+        self._numbers: dict = {}
+        self._things: list = []
+        self._lock = threading.Lock()
+
+    def number(self, thing) -> int:
+        with self._lock:
+            number = self._numbers.get(thing)
+            if number is None:
+                number = self._numbers[thing] = len(self._things)
+                self._things.append(thing)
+            return number
+
+    def __getitem__(self, number: int):
+        return self._things[number]
+
+
 _SITE = "xgather report of site "  # a compact report's message: the site, then 3 values
-_sites: dict[tuple, int] = {}
-_site_list: list[tuple] = []
-_sites_lock = threading.Lock()
+_sites = _Numbered()  # (plan, indices' shape, the user's file and line)
 
 
 def _site(plan, shape, where: str) -> str:
     """The message of a compact report: the site's number and three values to format."""
-    key = (plan, shape, where)
-    with _sites_lock:
-        number = _sites.get(key)
-        if number is None:
-            number = _sites[key] = len(_site_list)
-            _site_list.append(key)
-    return f"{_SITE}{number}: {{0[0]}} {{0[1]}} {{0[2]}}"
+    return f"{_SITE}{_sites.number((plan, shape, where))}: {{0[0]}} {{0[1]}} {{0[2]}}"
 
 
 def _site_report(msg: str) -> str | None:
@@ -322,13 +339,9 @@ def _site_report(msg: str) -> str | None:
     if not msg.startswith(_SITE):
         return None
     number, values = msg[len(_SITE):].split(":", 1)
-    plan, shape, where = _site_list[int(number)]
+    plan, shape, where = _sites[int(number)]
     count, first, value = (int(v) for v in values.split()[:3])
-    k = shape[-1] if plan.index_vector else 1
-    size = plan.bounds[first % k] if plan.index_vector else plan.bounds[0]
-    axis = plan.index_axes[first % k] if plan.index_vector else plan.index_axes[0]
-    pos = tuple(int(p) for p in np.unravel_index(first, shape)) if shape else ()
-    args = [value, *pos] + ([size] if plan.negative else []) + [size - 1, axis, size, count]
+    args = [int(a) for a in _report_list(plan, shape, count, first, value, np)]
     return report_format(plan, len(shape), where).format(args)
 
 
@@ -397,11 +410,25 @@ def sync_checks(enabled: bool = True) -> None:
 
 
 class _Pending:
-    """One call's unread flag, its checkify error (the report), and which call it was."""
-    __slots__ = ("flag", "err", "name", "call")
+    """One call's flag and checkify error as its program returned them (:func:`_pack`),
+    and which call it was. The error is made an ``Error`` again only where a check
+    failed (:meth:`error`)."""
+    __slots__ = ("flag", "leaves", "name", "call")
 
-    def __init__(self, flag, err, name: str, call: int):
-        self.flag, self.err, self.name, self.call = flag, err, name, call
+    def __init__(self, flag, leaves, name: str, call: int):
+        self.flag, self.leaves, self.name, self.call = flag, leaves, name, call
+
+    def error(self):
+        values = np.asarray(self.flag)
+        structure, shapes, packed = _layouts[int(values[1])]
+        if not packed:
+            return structure.unflatten(self.leaves)
+        at, leaves = 2, []
+        for shape, dtype in shapes:
+            n = math.prod(shape)
+            leaves.append(values[at:at + n].astype(dtype).reshape(shape))
+            at += n
+        return structure.unflatten(leaves)
 
 
 _local = threading.local()
@@ -428,7 +455,7 @@ def _settle(queue: collections.deque, keep: int) -> None:
         if len(queue) <= keep and not pending.flag.is_ready():
             return
         queue.popleft()
-        if first_set(pending.flag):
+        if flag_set(pending.flag):
             later = len(queue)
             queue.clear()
             _raise(pending, deferred=True, later=later)
@@ -442,8 +469,7 @@ def raise_if_error() -> None:
         _settle(queue, 0)
 
 
-_layouts: list[tuple] = []  # how each traced checkify Error is packed (_pack)
-_layouts_lock = threading.Lock()
+_layouts = _Numbered()  # how a traced checkify Error is packed (_pack)
 
 
 def _pack(err):
@@ -454,15 +480,13 @@ def _pack(err):
     ``err`` is of integers or booleans (xgather's reports, most checks), those arrays
     raveled, and ``leaves`` is empty; otherwise ``leaves`` are ``err``'s arrays. Each
     output of a program costs its call about a microsecond and a half: the checkify
-    Error is rebuilt only where a check failed (:class:`_Error`).
+    Error is rebuilt only where a check failed (:meth:`_Pending.error`).
     """
     preds = _jaxprivate.error_predicates(err)
     leaves, structure = jax.tree.flatten(err)
     shapes = tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves)
     packed = all(np.issubdtype(d, np.integer) or d == np.bool_ for _, d in shapes)
-    with _layouts_lock:
-        number = len(_layouts)
-        _layouts.append((structure, shapes, packed))
+    number = _layouts.number((structure, shapes, packed))
     if preds is None:  # this JAX's Error hides its predicates: read every call's error
         _jaxprivate.fallback("Error._pred", "xgather.checked reads every call's error")
         failed = jnp.ones((), bool)
@@ -476,30 +500,9 @@ def _pack(err):
     return jnp.concatenate(head), leaves
 
 
-class _Error:
-    """A checkify ``Error`` as its program returned it (:func:`_pack`), made an ``Error``
-    again only where a check failed."""
-    __slots__ = ("flag", "leaves")
-
-    def __init__(self, flag, leaves):
-        self.flag, self.leaves = flag, leaves
-
-    def error(self):
-        values = np.asarray(self.flag)
-        structure, shapes, packed = _layouts[int(values[1])]
-        if not packed:
-            return structure.unflatten(self.leaves)
-        at, leaves = 2, []
-        for shape, dtype in shapes:
-            n = math.prod(shape)
-            leaves.append(values[at:at + n].astype(dtype).reshape(shape))
-            at += n
-        return structure.unflatten(leaves)
-
-
 def _raise(pending: _Pending, deferred: bool, later: int = 0):
     """Raise the failure that ``pending``'s checkify error holds."""
-    error = pending.err.error()
+    error = pending.error()
     msg = error.get()
     where = f"call {pending.call} of xgather.checked({pending.name})"
     if deferred:
@@ -525,7 +528,7 @@ def _report_at_exit() -> None:
         while queue:
             pending = queue.popleft()
             try:
-                if first_set(pending.flag):
+                if flag_set(pending.flag):
                     _raise(pending, deferred=True, later=len(queue))
             except Exception as err:  # noqa: BLE001 - reported, whatever it is
                 warnings.warn(f"xgather: a check failed and was never read (call "
@@ -776,11 +779,11 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         return flag, leaves, _join_result(arrays, results[entry[0]]), state
 
     calls = 0
-    on_host: list = []  # whether flags are on the host already (a CPU's), once known
+    on_host = None  # whether flags are on the host already (a CPU's), once known
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        nonlocal calls
+        nonlocal calls, on_host
         queue = _queue()
         if queue:
             _settle(queue, MAX_PENDING - 1)
@@ -796,14 +799,14 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         if state is not None:
             _nnx().update((args, kwargs), state)
         calls += 1
-        pending = _Pending(flag, _Error(flag, leaves), name, calls)
+        pending = _Pending(flag, leaves, name, calls)
         if sync or _sync_all:
-            if first_set(flag):
+            if flag_set(flag):
                 _raise(pending, deferred=False)
         else:
-            if not on_host:  # a flag on a CPU is on the host already
-                on_host.append(all(d.platform == "cpu" for d in flag.devices()))
-            if not on_host[0]:
+            if on_host is None:  # a flag on a CPU is on the host already
+                on_host = all(d.platform == "cpu" for d in flag.devices())
+            if not on_host:
                 flag.copy_to_host_async()
             queue.append(pending)
         return out
@@ -811,19 +814,12 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     return wrapper
 
 
-def first_set(flag) -> bool:
-    """:func:`flag_set` for a 1-D flag (:func:`_pack`): its first value."""
+def flag_set(flag) -> bool:
+    """Whether the first value of a flag a program returned is set: a boolean (an eager
+    call's) or :func:`_pack`'s integers. Read on the host, it waits for the program. A
+    single-device CPU array is read through the buffer protocol, its first value's bytes,
+    sooner than ``np.asarray``; other arrays (GPU, sharded) are copied over."""
     try:
         return any(memoryview(flag).cast("B")[:flag.dtype.itemsize])
     except (BufferError, TypeError, NotImplementedError):
-        return bool(np.asarray(flag)[0])
-
-
-def flag_set(flag) -> bool:
-    """A flag a checked program returned, read on the host (it waits for the program).
-    A single-device CPU array is read through the buffer protocol, sooner than
-    ``np.asarray``; other arrays (GPU, sharded) are copied over."""
-    try:
-        return bool(memoryview(flag)[()])
-    except (BufferError, TypeError):
-        return bool(np.asarray(flag))
+        return bool(np.asarray(flag).ravel()[0])

@@ -104,8 +104,9 @@ def loop_inside_derivative() -> bool:
     """Whether a loop body is being traced inside a reverse-mode derivative: a frame of
     the loops' module below the caller, and a ``grad``/``vjp``/``linearize`` frame of JAX's
     AD module further out (a derivative taken inside the loop body is no such case)."""
-    if "loops" in MISSING or "ad" in MISSING:
-        fallback("loops", "a check traced in a differentiated loop body does not warn that "
+    missing = next((name for name in ("loops", "ad") if name in MISSING), None)
+    if missing is not None:
+        fallback(missing, "a check traced in a differentiated loop body does not warn that "
                  "JAX drops it")
         return False
     frame: types.FrameType | None = sys._getframe(2)

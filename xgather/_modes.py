@@ -65,10 +65,7 @@ def set_default_mode(mode: Mode | None) -> None:
     """
     if mode is not None:
         choice("xgather.set_default_mode", "mode", mode, MODES)
-    if _DEFAULT._state is None:
-        _DEFAULT.fallback_value = mode or "error"
-        return
-    jax.config.update(_DEFAULT.name, mode or "error")
+    _DEFAULT.set(mode or "error")
 
 
 @contextlib.contextmanager
@@ -126,6 +123,13 @@ class TraceState:
     def value(self) -> str:
         """The value asked for here."""
         return self.fallback_value if self._state is None else self._state.value
+
+    def set(self, value: str) -> None:
+        """Set the state for the process (every thread), as ``jax.config.update`` does."""
+        if self._state is None:
+            self.fallback_value = value
+        else:
+            jax.config.update(self.name, value)
 
     def traced_as(self, value: str, where: str | None = None):
         """A context manager that sets the state to ``value`` for a block (nothing where
