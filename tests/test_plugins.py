@@ -1,0 +1,58 @@
+"""Other installed pytest plugins break nothing: a plugin that warns while pytest
+configures itself neither stops the suite nor the tests that start pytest again in a
+fresh Python (the x64 reruns)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: One test that starts pytest in a subprocess, under pytest-xdist, as CI runs it.
+SELECTION = ["tests/test_sharded.py", "-k", "sixty_four_bit_data_with_x64_on or string_data"]
+
+
+def _pytest_with(plugin_dir: Path) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(filter(None, [str(plugin_dir), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": ""}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p",
+                           "no:cacheprovider", "-o", "addopts=--import-mode=importlib",
+                           *SELECTION], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=ROOT)
+
+
+def _assert_passed(proc: subprocess.CompletedProcess, warning: str) -> None:
+    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    assert "2 passed" in proc.stdout and "failed" not in proc.stdout, tail
+    assert "INTERNALERROR" not in tail, tail
+    assert warning in proc.stdout + proc.stderr, tail  # shown, not raised
+
+
+@pytest.mark.subprocess
+def test_a_plugin_that_warns_at_configure_is_shown_not_raised(tmp_path):
+    # A stand-in plugin, found through its entry point as pip installs one.
+    (tmp_path / "warning_plugin.py").write_text(
+        "import warnings\n\n"
+        "def pytest_configure(config):\n"
+        "    warnings.warn('warning_plugin: configured with a warning', UserWarning)\n")
+    info = tmp_path / "warning_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: warning-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nwarning_plugin = warning_plugin\n")
+    _assert_passed(_pytest_with(tmp_path), "warning_plugin: configured with a warning")
+
+
+@pytest.mark.subprocess
+def test_pytest_benchmark_under_xdist(tmp_path):
+    # pytest-benchmark 4.0.0 warns at start-up when xdist is active (a GPU image has it).
+    target = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                          "--target", str(target), "pytest-benchmark==4.0.0", "py-cpuinfo"],
+                         capture_output=True, text=True, timeout=300)
+    if pip.returncode:
+        pytest.skip("pip could not install pytest-benchmark 4.0.0 (no package index): "
+                    + pip.stderr[-300:])
+    _assert_passed(_pytest_with(target), "Benchmarks are automatically disabled")
