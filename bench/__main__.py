@@ -98,17 +98,10 @@ def _device_info(device, gpu_ok: dict) -> dict:
 
 
 def _gpu_requested(args) -> bool:
-    """Whether JAX will run on a GPU (asked for, or a CUDA plugin that JAX would pick)."""
-    if args.device:
-        return args.device in ("gpu", "cuda")
-    import importlib.metadata as md
-    for v in (12, 13):
-        try:
-            md.version(f"jax-cuda{v}-plugin")
-            return True
-        except md.PackageNotFoundError:
-            pass
-    return False
+    """Whether JAX will run on a GPU: ``--device gpu``, JAX_PLATFORMS naming cuda or rocm
+    first, or neither and a GPU plugin that JAX would pick (:func:`_expected_platform`;
+    JAX_PLATFORMS=cpu on a machine with the CUDA plugin runs on the CPU)."""
+    return _expected_platform(args.device) == "gpu"
 
 
 def _no_fork() -> None:
@@ -217,9 +210,8 @@ def run(args) -> dict:
         host_roofs[f"numpy copy {systems.cores()}t"] = roof.numpy_copy_gbps(
             host_bytes, systems.cores())
     roofs = {**device_roofs, **host_roofs}
-    device_roof, host_roof = max(device_roofs.values()), max(host_roofs.values())
-    if device.platform == "cpu":
-        device_roof = host_roof = max(device_roof, host_roof)
+    roof_of = roof.basis(device_roofs, host_roofs, device.platform)
+    progress.done(rec.roof_line(roofs, roof_of))  # each library's copy, and which %roof uses
     on_device = ("xgather", "lax", *systems.GPU_PEERS)
     timing = dict(QUICK if args.quick else TIMING)
     if args.repeats:  # rounds asked for: exactly that many
@@ -291,13 +283,14 @@ def run(args) -> dict:
             # JAX reads int32 indices without x64 (jax_inputs); the peers read int64 ones
             jax32 = name.startswith(("xgather", "lax")) and not jax.config.jax_enable_x64
             gbps = w.moved_bytes(size, 4 if jax32 else 8) / medians[name] / 1e9
-            r_roof = device_roof if name.startswith(on_device) else host_roof
+            r_roof = roof_of["device" if name.startswith(on_device) else "host"]
             results.append({"workload": key, "title": w.title, "system": name,
                             "step": w.step,
                             "samples_s": samples[name], "median_s": medians[name],
                             "spread": stats.spread(samples[name]),
                             "p90_s": stats.p90(samples[name]), "gbps": gbps,
-                            "pct_roof": 100 * gbps / r_roof, "ratio_to_best": best[name],
+                            "pct_roof": 100 * gbps / roofs[r_roof], "pct_roof_of": r_roof,
+                            "ratio_to_best": best[name],
                             "first_call_s": first[name], "reps": reps[name],
                             "allocator": args.allocator,
                             **({"check_samples_s": check_samples[name],
@@ -314,6 +307,7 @@ def run(args) -> dict:
         "size": size,
         "device": _device_info(device, gpu_ok),
         "roof": roofs,
+        "pct_roof_of": roof_of,
         "versions": _versions(gpu),
         "environment": {k: v for k, v in os.environ.items()
                         if k.startswith(("XLA_", "JAX_", "OMP_", "MKL_", "XGATHER_"))},
@@ -351,15 +345,18 @@ def _run_both(args, argv) -> dict:
             r = rec.load(out)
         for res in r["results"]:
             res["system"] += f" @{setting}"
+            res["pct_roof_of"] += f" @{setting}"
         roofs = {f"{k} @{setting}": v for k, v in r["roof"].items()}  # each row's own
+        roof_of = {f"{k} @{setting}": f"{v} @{setting}" for k, v in r["pct_roof_of"].items()}
         if merged is None:
             merged = r
             merged["allocator"] = {"both": True, setting: r["allocator"]}
-            merged["roof"] = roofs
+            merged["roof"], merged["pct_roof_of"] = roofs, roof_of
         else:
             merged["results"] += r["results"]
             merged["allocator"][setting] = r["allocator"]
             merged["roof"].update(roofs)
+            merged["pct_roof_of"].update(roof_of)
     by_w = {}
     for res in merged["results"]:
         by_w.setdefault(res["workload"], []).append(res)

@@ -45,7 +45,7 @@ def _functions(w, d, i, extra):
             f = jax.jit(systems._xgather_fn(w, "promise_in_bounds", negative_indices=False))
         else:
             f = jax.jit(systems._xgather_fn(w, None))
-            if w.op != "openvino.gather7":
+            if systems.checks(w, None):
                 f = xgather.checked(f, sync=mode == "sync")
         fns[mode] = (lambda f=f: f(d, i, *extra))
     return fns
@@ -54,7 +54,8 @@ def _functions(w, d, i, extra):
 def _inputs(w, data, idx, device):
     import jax
     d, i = systems.jax_inputs(data, idx, device)
-    extra = () if w.step is None else (jax.device_put(systems.steps.weights(w, data), device),)
+    extra = () if w.step is None else (
+        jax.device_put(systems.steps.weights(w, data, idx), device),)
     return d, i, extra
 
 

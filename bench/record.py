@@ -10,7 +10,11 @@ SCHEMA = "xgather-bench/2"
 # /2 adds "check_cost" (below), "workloads" (shapes, dtype, how indices were drawn),
 # "first_call", and "device" fields: memory_bytes and platform_version (required on
 # a GPU, null where the device does not tell), gpu_name (torch's name, on CUDA).
-# /1 records still load.
+# /1 records still load. Since the GPU run of 2026-11-26 (still /2: an added field, optional
+# to read): "pct_roof_of", which copy of "roof" each "% of roof" figure divides by, for
+# the systems on the device and the host peers ({"device": name, "host": name}), and in
+# each result the one its "pct_roof" used. Records without it read as before: %roof of
+# the fastest copy of its side.
 SCHEMAS = ("xgather-bench/1", SCHEMA)
 RESULT_KEYS = ("workload", "title", "system", "samples_s", "median_s", "spread", "gbps",
                "pct_roof", "ratio_to_best", "first_call_s", "reps")
@@ -39,6 +43,11 @@ def validate(record: dict) -> dict:
         missing = [k for k in device_keys if k not in record["device"]]
         if missing:
             raise ValueError(f"record's device lacks {missing}")
+    unknown = sorted({*record.get("pct_roof_of", {}).values(),
+                      *(r["pct_roof_of"] for r in record["results"] if "pct_roof_of" in r)}
+                     - set(record["roof"]))
+    if unknown:
+        raise ValueError(f"pct_roof_of names copies the roof lacks: {unknown}")
     for r in record["results"]:
         missing = [k for k in RESULT_KEYS if k not in r]
         if missing:
@@ -123,12 +132,26 @@ def _system_width(*records: dict) -> int:
     return max([18] + [len(r["system"]) for rec in records for r in rec["results"]])
 
 
+def roof_line(roofs: dict[str, float], roof_of: dict[str, str] | None) -> str:
+    """Each library's copy bandwidth by name, and which one the "% of roof" figures divide
+    by (``roof_of``: ``{"device": name, "host": name}``, None for a record made before
+    it was kept)."""
+    text = "copy roof: " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in roofs.items())
+    if roof_of is None:
+        return text + "; %roof divides by the fastest copy of its side"
+    sides: dict[str, list[str]] = {}
+    for side, name in roof_of.items():
+        sides.setdefault(name, []).append(side)
+    return text + "; %roof divides by " + ", ".join(
+        f"{name} ({' and '.join(s)})" for name, s in sides.items())
+
+
 def table(record: dict) -> str:
     """One line per workload and system: median, spread, GB/s, % of roof, ratio to best."""
     sw = _system_width(record)
     lines = [f"device: {record['device']['kind']} ({record['device']['platform']}), "
-             f"{record['device']['cores']} cores, size={record['size']}, roof: "
-             + ", ".join(f"{k} {v:.1f} GB/s" for k, v in record["roof"].items()),
+             f"{record['device']['cores']} cores, size={record['size']}; "
+             + roof_line(record["roof"], record.get("pct_roof_of")),
              f"{'workload':<34} {'system':<{sw}} {'median ms':>9} {'p90 ms':>9} {'spread':>7} "
              f"{'GB/s':>7} {'%roof':>6} {'/best':>6} {'1st ms':>8}"]
     last = None
@@ -141,9 +164,10 @@ def table(record: dict) -> str:
                      f"{r['ratio_to_best']:6.2f} {r['first_call_s'] * 1e3:8.1f}")
     lines.append("p90: the 90th percentile of the samples; spread: interquartile range / "
                  "median; GB/s: the bytes a gather must move (a model step: its gather's; "
-                 "int32 indices where JAX runs without x64) / median; %roof: of the fastest "
-                 "copy above; /best: median / the fastest system's; 1st: the first call (JAX: "
-                 "trace, compile and run; peers: their first run, after an untimed build)")
+                 "int32 indices where JAX runs without x64) / median; %roof: of the copy "
+                 "named above for the system's side (device or host); /best: median / the "
+                 "fastest system's; 1st: the first call (JAX: trace, compile and run; peers: "
+                 "their first run, after an untimed build)")
     costs = record_check_costs(record)
     if costs:
         alone = any(c.get("rounds_of") == "the pair alone" for c in costs)

@@ -29,12 +29,21 @@ STEPS = ("dense", "dense_grad", "softmax_matmul", "standardize_matmul")
 PROJECTION = 64
 
 
-def weights(w, data) -> np.ndarray:
+def weight_shape(w, dshape, ishape) -> tuple[int, int]:
+    """The step's weight matrix's shape for data of shape ``dshape`` and indices of shape
+    ``ishape``: ``(n, n)`` for the dense steps, else ``(n, PROJECTION)``, where ``n`` is
+    the width of the gather's output (its last axis), which the matmul contracts. That is
+    not always the data's: M3's GatherElements reads rows of 32768 at GPU sizes and
+    gathers rows of 8192."""
+    n = w.gather_shape(dshape, ishape)[-1]
+    return (n, n) if w.step in ("dense", "dense_grad") else (n, PROJECTION)
+
+
+def weights(w, data, idx) -> np.ndarray:
     """The step's weight matrix (float32, drawn from a fixed seed)."""
-    width = data.shape[-1]
-    shape = (width, width) if w.step in ("dense", "dense_grad") else (width, PROJECTION)
+    shape = weight_shape(w, data.shape, idx.shape)
     rng = np.random.default_rng(1)
-    return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(width)).astype(np.float32)
+    return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[0])).astype(np.float32)
 
 
 def jax_step(w, gather):

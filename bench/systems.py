@@ -7,7 +7,8 @@ op. Peers that are not installed are reported by :func:`available` and skipped.
 On a GPU the peers are those on the same GPU (torch on CUDA, CuPy), reading
 device-resident copies of the same data; :func:`gpu_peers` says why one is
 skipped. The host peers (numpy, onnxruntime, OpenVINO, torch on the CPU) then
-run only where ``--systems`` names them.
+run only where ``--systems`` names them. The model steps (M1-M4) run in JAX and in
+torch, on whichever device torch's system uses (the same code on the CPU and on CUDA).
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ def _xgather_fn(w, mode, **kw):
     return lambda d, i: jax.grad(lambda x: (f(x, i) ** 2).sum())(d)
 
 
+def checks(w, mode) -> bool:
+    """Whether xgather's op in ``mode`` (None: the spec's rule) checks its indices at run
+    time, and so runs under ``xgather.checked``: ``"error"``, ONNX's default; OpenVINO's
+    Gather defines an out-of-range index (zeros), so its default has nothing to check."""
+    return (mode or "error") == "error" and w.op != "openvino.gather7"
+
+
 def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
@@ -92,7 +100,7 @@ def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), **kw) -> Run
 
     import xgather
     f = jax.jit(_xgather_fn(w, mode, **kw))
-    if (mode or "error") == "error" and w.op != "openvino.gather7":
+    if checks(w, mode):
         f = xgather.checked(f)
     if grad_scatter is None:
         def run():
@@ -231,43 +239,76 @@ def openvino_runner(w, data, idx, threads: int) -> Runner | None:
 
 
 def torch_runner(w, data, idx, threads: int) -> Runner:
+    """The workload in torch on the CPU with ``threads`` threads (a model step too)."""
     import torch
-    d, i = _torch_tensor(data, "cpu"), torch.from_numpy(idx)
-    if w.step is not None:
-        return _torch_step_runner(w, d, i, data, threads)
+    fn = _torch_fn(w, data, idx, torch.device("cpu"))
 
-    def with_threads(fn):
+    def run():
+        torch.set_num_threads(threads)
+        return fn()
+    return run
+
+
+def _embedding_form(w, data_ndim: int, idx_ndim: int) -> bool:
+    """Whether the workload is an embedding lookup (or its gradient): ``F.embedding``'s."""
+    return w.step is None and (w.op == "grad" or (w.op == "onnx.gather" and w.axis == 0
+                                                   and data_ndim == 2 and idx_ndim == 1))
+
+
+def _torch_fn(w, data, idx, dev, embedding: bool = False):
+    """The workload's ``f()`` in torch on device ``dev``, the arrays copied there once: the
+    gather (:func:`torch_gather_fn`) or the model step (:func:`torch_step_fn`)."""
+    d, i = _torch_tensor(data, dev), _torch_tensor(idx, dev)
+    if w.step is None:
+        return torch_gather_fn(w, d, i, embedding)
+    return torch_step_fn(w, d, i, _torch_tensor(steps.weights(w, data, idx), dev))
+
+
+def torch_gather_fn(w, d, i, embedding: bool = False):
+    """``f()``: the workload's gather in torch on the tensors ``d`` and ``i``, on their device
+    (any one: cpu, cuda, meta), without waiting for it; for ``grad``, the gradient of
+    ``sum(gather ** 2)`` in ``d``. ``embedding``: ``F.embedding`` and its backward, None where
+    the workload is not an embedding lookup."""
+    import torch
+    import torch.nn.functional as F
+    if embedding and not _embedding_form(w, d.ndim, i.ndim):
+        return None
+
+    def no_grad(fn):
         def run():
-            torch.set_num_threads(threads)
             with torch.no_grad():
                 return fn()
         return run
 
+    if w.op == "grad":
+        leaf = d.clone().requires_grad_(True)
+        take = (lambda x: F.embedding(i, x)) if embedding else (
+            lambda x: torch.index_select(x, 0, i))
+
+        def grad():
+            leaf.grad = None
+            (take(leaf) ** 2).sum().backward()
+            return leaf.grad
+        return grad
+    if embedding:
+        return no_grad(lambda: F.embedding(i, d))
     if w.op == "onnx.gather":
-        return with_threads(lambda: torch.index_select(d, w.axis % d.ndim, i))
-    if w.op == "onnx.gather_nd":
-        if w.batch_dims:
-            b = torch.arange(d.shape[0])[:, None]
-            return with_threads(lambda: d[b, i[..., 0]])
-        cols = tuple(i[..., j] for j in range(i.shape[-1]))
-        return with_threads(lambda: d[cols])
+        return no_grad(lambda: torch.index_select(d, w.axis % d.ndim, i))
     if w.op == "onnx.gather_elements":
-        return with_threads(lambda: torch.gather(d, w.axis, i))
-    if w.op == "openvino.gather7":
-        b = torch.arange(d.shape[0])[:, None]
-        return with_threads(lambda: d[b, i])
-    leaf = d.clone().requires_grad_(True)
-
-    def grad():
-        torch.set_num_threads(threads)
-        leaf.grad = None
-        (torch.index_select(leaf, 0, i) ** 2).sum().backward()
-        return leaf.grad
-    return grad
+        return no_grad(lambda: torch.gather(d, w.axis, i))
+    if w.op == "onnx.gather_nd" and not w.batch_dims:
+        cols = tuple(i[..., j] for j in range(i.shape[-1]))
+        return no_grad(lambda: d[cols])
+    b = torch.arange(d.shape[0], device=d.device)[:, None]
+    if w.op == "onnx.gather_nd":  # batch_dims=1, one index per row
+        return no_grad(lambda: d[b, i[..., 0]])
+    return no_grad(lambda: d[b, i])  # openvino.gather7, batch_dims=1, axis=1
 
 
-def _torch_step_runner(w, d, i, data, threads: int) -> Runner:
-    """A model step in torch (:func:`bench.steps.torch_step`) around torch's gather."""
+def torch_step_fn(w, d, i, wt):
+    """``f()``: the model step (:func:`bench.steps.torch_step`) around torch's gather, on the
+    device of the tensors ``d``, ``i`` and the weights ``wt`` (any one), without waiting
+    for it. ``dense_grad`` returns the gradients in the table and in the weights."""
     import torch
 
     if w.op == "onnx.gather":
@@ -277,19 +318,17 @@ def _torch_step_runner(w, d, i, data, threads: int) -> Runner:
         def gather(x, j):
             return torch.gather(x, w.axis, j)
     else:  # GatherND with batch_dims=1 and one index component
-        rows = torch.arange(d.shape[0])[:, None]
+        rows = torch.arange(d.shape[0], device=d.device)[:, None]
 
         def gather(x, j):
             return x[rows, j[..., 0]]
-    grad = w.step == "dense_grad"
-    d = d.clone().requires_grad_(grad)
-    wt = torch.from_numpy(steps.weights(w, data)).requires_grad_(grad)
     step = steps.torch_step(w, gather)
+    if w.step == "dense_grad":
+        # leaves of their own that share the tensors' memory (no copy of a GPU's table)
+        d, wt = d.detach().requires_grad_(True), wt.detach().requires_grad_(True)
+        return lambda: step(d, i, wt)
 
     def run():
-        torch.set_num_threads(threads)
-        if grad:
-            return step(d, i, wt)
         with torch.no_grad():
             return step(d, i, wt)
     return run
@@ -339,59 +378,39 @@ def _torch_tensor(a, device):
 
 def torch_cuda_runner(w, data, idx, embedding: bool = False, device: str = "cuda"
                       ) -> Runner | None:
-    """The workload on the GPU in torch; ``embedding``: ``F.embedding`` and its backward.
+    """The workload (a model step too) on the GPU in torch; ``embedding``: ``F.embedding``
+    and its backward (None where the workload is not an embedding lookup).
 
-    The data and indices are copied to the GPU once; each call synchronizes.
-    ``device="cpu"`` runs the same code on the CPU (for tests without a GPU).
+    The data and indices (and a step's weights) are copied to the device once; each call
+    waits for its result. ``device="cpu"`` runs the same code on the CPU (for tests
+    without a GPU).
     """
-    if w.step is not None:  # the model steps run in JAX (and torch on the host) only
-        return None
     import torch
-    import torch.nn.functional as F
     dev = torch.device(device)
-    d, i = _torch_tensor(data, dev), _torch_tensor(idx, dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    if embedding and not (w.op == "grad" or (w.op == "onnx.gather" and w.axis == 0
-                                             and d.ndim == 2 and i.ndim == 1)):
-        return None
+    if embedding and not _embedding_form(w, data.ndim, idx.ndim):
+        return None  # known before anything is copied to the device
+    fn = _torch_fn(w, data, idx, dev, embedding)
+    sync = _torch_sync(dev)
 
-    def no_grad(fn):
-        def run():
-            with torch.no_grad():
-                out = fn()
-            sync()
-            return out
-        return run
+    def run():
+        out = fn()
+        sync()
+        return out
+    return run
 
-    if w.op == "grad":
-        leaf = d.clone().requires_grad_(True)
-        take = (lambda x: F.embedding(i, x)) if embedding else (
-            lambda x: torch.index_select(x, 0, i))
 
-        def grad():
-            leaf.grad = None
-            (take(leaf) ** 2).sum().backward()
-            sync()
-            return leaf.grad
-        return grad
-    if embedding:
-        return no_grad(lambda: F.embedding(i, d))
-    if w.op == "onnx.gather":
-        return no_grad(lambda: torch.index_select(d, w.axis % d.ndim, i))
-    if w.op == "onnx.gather_elements":
-        return no_grad(lambda: torch.gather(d, w.axis, i))
-    if w.op == "onnx.gather_nd" and not w.batch_dims:
-        cols = tuple(i[..., j] for j in range(i.shape[-1]))
-        return no_grad(lambda: d[cols])
-    b = torch.arange(d.shape[0], device=dev)[:, None]
-    if w.op == "onnx.gather_nd":  # batch_dims=1, one index per row
-        return no_grad(lambda: d[b, i[..., 0]])
-    return no_grad(lambda: d[b, i])  # openvino.gather7, batch_dims=1, axis=1
+def _torch_sync(dev):
+    """A wait for the work queued on torch's device ``dev``; none on the CPU."""
+    if dev.type in ("cpu", "meta"):
+        return lambda: None
+    import torch
+    backend = getattr(torch, dev.type)  # torch.cuda, and likewise torch.xpu, torch.mps
+    return lambda: backend.synchronize(dev)
 
 
 def cupy_runner(w, data, idx) -> Runner | None:
-    """The workload on the GPU in CuPy (``take``, ``take_along_axis``, indexing, scatter_add)."""
-    if w.step is not None:  # the model steps run in JAX (and torch on the host) only
+    """The workload on the GPU in CuPy (``take``, ``take_along_axis``, indexing, ``add.at``)."""
+    if w.step is not None:  # the model steps run in JAX and torch only
         return None
     import cupy
     if data.dtype.name == "bfloat16":
@@ -414,11 +433,11 @@ def cupy_runner(w, data, idx) -> Runner | None:
         cols = tuple(i[..., j] for j in range(i.shape[-1]))
         return synced(lambda: d[cols])
     if w.op == "grad":
-        import cupyx
-
         def grad():
             g = cupy.zeros_like(d)
-            cupyx.scatter_add(g, i, 2 * cupy.take(d, i, axis=0))
+            # ufunc.at (CuPy 12 and later); cupyx.scatter_add calls ndarray.scatter_add,
+            # which CuPy 14 deprecates in its favour
+            cupy.add.at(g, i, 2 * cupy.take(d, i, axis=0))
             return g
         return synced(grad)
     b = cupy.arange(d.shape[0])[:, None]
@@ -449,7 +468,8 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
         import jax
         d, i = jax_inputs(data, idx, device)
         # a model step's weights, beside the data on the device
-        extra = () if w.step is None else (jax.device_put(steps.weights(w, data), device),)
+        extra = () if w.step is None else (
+            jax.device_put(steps.weights(w, data, idx), device),)
     if want("xgather"):
         out["xgather"] = xgather_runner(w, d, i, extra=extra)
         # indices known valid: in [0, s-1], as the hand-written lax.gather assumes

@@ -78,16 +78,21 @@ class Workload:
             idx = np.concatenate([idx, idx[:1]])
         return data, idx
 
-    def output_elements(self, size: str) -> int:
-        """Elements of the gather's output at ``size`` (for ``grad``, of the forward gather)."""
-        dshape, ishape = self.shapes(size)
+    def gather_shape(self, dshape: tuple, ishape: tuple) -> tuple:
+        """The gather's output shape for data of shape ``dshape`` and indices of shape
+        ``ishape`` (for ``grad``, of the forward gather)."""
+        dshape, ishape = tuple(dshape), tuple(ishape)
         if self.op == "onnx.gather_nd":
             b, k = self.batch_dims, ishape[-1]
-            return int(np.prod(ishape[:-1])) * int(np.prod(dshape[b + k:]))
+            return ishape[:-1] + dshape[b + k:]
         if self.op == "onnx.gather_elements":
-            return int(np.prod(ishape))
+            return ishape
         a, b = self.axis % len(dshape), self.batch_dims
-        return int(np.prod(dshape[:a])) * int(np.prod(ishape[b:])) * int(np.prod(dshape[a + 1:]))
+        return dshape[:a] + ishape[b:] + dshape[a + 1:]
+
+    def output_elements(self, size: str) -> int:
+        """Elements of the gather's output at ``size`` (for ``grad``, of the forward gather)."""
+        return int(np.prod(self.gather_shape(*self.shapes(size))))
 
     def moved_bytes(self, size: str, index_bytes: int = 8) -> int:
         """Bytes a gather must move: the output read and written once, the indices read

@@ -176,6 +176,66 @@ def test_compare_shows_the_check_cost_of_both_records():
     assert block[-1].split() == ["W1", "xgather", "2.00", "1.50", "1.00", "1.00"]
 
 
+# The copies of .ci/gpu's first run (an H200, bench.log), GB/s.
+_H200_ROOF = {"jax copy (gpu)": 2972.7, "torch copy_ (cuda)": 4089.7,
+              "cupy copyto (cuda)": 4058.9, "numpy copy 1t": 20.0, "numpy copy 16t": 86.9}
+
+
+def test_roof_names_each_librarys_copy_and_the_one_pct_roof_divides_by():
+    from xgather_bench import roof
+    device = {k: v for k, v in _H200_ROOF.items() if not k.startswith("numpy")}
+    host = {k: v for k, v in _H200_ROOF.items() if k.startswith("numpy")}
+    assert roof.basis(device, host, "gpu") == {"device": "torch copy_ (cuda)",
+                                               "host": "numpy copy 16t"}
+    # on a CPU the device is the host: the fastest of all, whichever library's
+    assert roof.basis({"jax copy (cpu)": 12.0}, {"numpy copy 1t": 8.0, "numpy copy 2t": 10.0},
+                      "cpu") == {"device": "jax copy (cpu)", "host": "jax copy (cpu)"}
+    rec = _record()
+    rec["device"] = {"kind": "NVIDIA H200", "platform": "gpu", "backend": "gpu", "cores": 16,
+                     "memory_bytes": None, "platform_version": None}
+    rec["roof"], rec["pct_roof_of"] = _H200_ROOF, roof.basis(device, host, "gpu")
+    for r in rec["results"]:
+        r["pct_roof_of"] = "torch copy_ (cuda)"
+    header = record.table(record.validate(rec)).splitlines()[0]
+    assert header.endswith("; copy roof: jax copy (gpu) 2972.7 GB/s, torch copy_ (cuda) "
+                           "4089.7 GB/s, cupy copyto (cuda) 4058.9 GB/s, numpy copy 1t 20.0 "
+                           "GB/s, numpy copy 16t 86.9 GB/s; %roof divides by torch copy_ "
+                           "(cuda) (device), numpy copy 16t (host)")
+    # a record made before pct_roof_of: read as before
+    del rec["pct_roof_of"]
+    for r in rec["results"]:
+        del r["pct_roof_of"]
+    header = record.table(record.validate(rec)).splitlines()[0]
+    assert header.endswith("numpy copy 16t 86.9 GB/s; %roof divides by the fastest copy of "
+                           "its side")
+    rec["pct_roof_of"] = {"device": "torch copy_", "host": "numpy copy 16t"}
+    with pytest.raises(ValueError, match=r"pct_roof_of names copies the roof lacks: "
+                                         r"\['torch copy_'\]"):
+        record.validate(rec)
+
+
+def test_a_gpu_is_expected_only_where_jax_platforms_leaves_it_a_choice(monkeypatch):
+    """A CUDA plugin installed and JAX_PLATFORMS=cpu: the run is on the CPU, and the bench
+    sets nothing for a GPU (XLA_PYTHON_CLIENT_PREALLOCATE)."""
+    import argparse
+    import importlib.util
+
+    from xgather_bench import __main__ as cli
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "jax_cuda13_plugin"
+                        else real(name, *a))
+    args = argparse.Namespace(device=None)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    assert cli._gpu_requested(args)  # the plugin, and nothing said: JAX takes the GPU
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert not cli._gpu_requested(args)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+    assert cli._gpu_requested(args)
+    assert not cli._gpu_requested(argparse.Namespace(device="cpu"))
+    assert cli._gpu_requested(argparse.Namespace(device="gpu"))
+
+
 def test_table_lists_every_result():
     text = record.table(_record())
     assert "W1 t" in text and text.count("\n") == 4  # header, columns, 2 results, the key
@@ -220,24 +280,69 @@ def test_every_system_computes_the_same_result(key):
 @pytest.mark.parametrize("key", STEPS)
 def test_every_system_runs_the_model_step_as_numpy_does(key):
     """A model step: xgather's default and promise, lax and torch agree with the step
-    written in NumPy (bench/steps.py's numpy_step, float64 inside)."""
+    written in NumPy (bench/steps.py's numpy_step, float64 inside). torch runs it where
+    the platform in use has it: on a CPU with its threads, on a GPU as torch-cuda."""
     import jax
 
     from xgather_bench import steps
     w = WORKLOADS[key]
     data, idx = w.arrays("tiny")
-    want = steps.numpy_step(w, data, idx, steps.weights(w, data))
-    fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), None)
+    want = steps.numpy_step(w, data, idx, steps.weights(w, data, idx))
+    device = jax.devices()[0]
+    peers = systems.available()
     names = {"xgather", "xgather[promise]", "lax"}
-    if systems.available()["torch"]:
+    if device.platform == "cpu" and peers["torch"]:
         names |= {f"torch {t}t" for t in sorted({1, systems.cores()})}
-    assert set(fns) == names  # no NumPy, onnxruntime or OpenVINO step
+    if device.platform == "gpu":  # the GPU peers that run here; the host peers unnamed
+        gpu_ok = {name: why is None for name, why in systems.gpu_peers().items()}
+        peers = {**peers, **gpu_ok}
+        names |= {"torch-cuda"} if gpu_ok["torch-cuda"] else set()
+    fns = systems.build(w, data, idx, device, peers, None)
+    assert set(fns) == names  # no NumPy, onnxruntime, OpenVINO or CuPy step
     for name, fn in fns.items():
-        got = fn()
+        # float32 matmuls in full precision (a GPU's default may be TF32): the
+        # reference computes in float64
+        with jax.default_matmul_precision("highest"):
+            got = fn()
         pairs = zip(got, want, strict=True) if w.step == "dense_grad" else [(got, want)]
         for g, x in pairs:
             np.testing.assert_allclose(_as_f32(g), np.float32(x), rtol=2e-4, atol=2e-4,
                                        err_msg=name)
+
+
+@pytest.mark.parametrize("key", STEPS)
+def test_the_torch_cuda_model_step_code_agrees_with_numpy_on_the_cpu(key):
+    """torch-cuda's model step (the code a GPU runs), on torch's CPU device."""
+    if not systems.available()["torch"]:
+        pytest.skip("torch is not installed")
+    from xgather_bench import steps
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    want = steps.numpy_step(w, data, idx, steps.weights(w, data, idx))
+    run = systems.torch_cuda_runner(w, data, idx, device="cpu")
+    got = run()
+    pairs = zip(got, want, strict=True) if w.step == "dense_grad" else [(got, want)]
+    for g, x in pairs:
+        np.testing.assert_allclose(_as_f32(g), np.float32(x), rtol=2e-4, atol=2e-4)
+    if w.step == "dense_grad":  # a second call: the gradients do not accumulate
+        for g, x in zip(run(), want, strict=True):
+            np.testing.assert_allclose(_as_f32(g), np.float32(x), rtol=2e-4, atol=2e-4)
+    assert systems.torch_cuda_runner(w, data, idx, embedding=True, device="cpu") is None
+
+
+def test_m3s_weights_take_the_width_of_the_gather_not_of_the_data():
+    """At GPU sizes M3 gathers rows of 8192 from rows of 32768: its matmul contracts the
+    gathered rows' width (the shapes alone: a GPU size's arrays are not made here)."""
+    from xgather_bench import steps
+    m3, m1 = WORKLOADS["M3"], WORKLOADS["M1"]
+    assert m3.shapes("gpu") == ((8192, 32768), (8192, 8192))
+    assert steps.weight_shape(m3, *m3.shapes("gpu")) == (8192, steps.PROJECTION)
+    assert steps.weight_shape(m1, *m1.shapes("gpu")) == (128, 128)
+    data, idx = m3.arrays("tiny")
+    wide = np.concatenate([data, data], axis=1)  # rows of 18, gathered rows of 9
+    assert steps.weights(m3, wide, idx).shape == (9, steps.PROJECTION)
+    out = steps.numpy_step(m3, wide, idx, steps.weights(m3, wide, idx))
+    assert out.shape == (6, steps.PROJECTION)
 
 
 def test_model_steps_name_their_gather_and_are_part_of_a_plain_cpu_run():
@@ -398,6 +503,9 @@ def test_allocator_both_runs_each_setting_in_its_own_process(tmp_path):
         setting = r["system"].split("@")[1]
         roof = max(v for k, v in rec["roof"].items() if k.endswith(f"@{setting}"))
         assert r["pct_roof"] == pytest.approx(100 * r["gbps"] / roof)
+        assert rec["roof"][r["pct_roof_of"]] == roof and r["pct_roof_of"].endswith(setting)
+    assert set(rec["pct_roof_of"]) == {f"{side} @{setting}" for side in ("device", "host")
+                                       for setting in ("default", "keep")}
     assert rec["allocator"]["both"] and {"default", "keep"} <= set(rec["allocator"])
     assert "@default" in record.table(rec).splitlines()[2]
 
@@ -444,15 +552,21 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     """
     chosen = "xgather,lax" + (",openvino" if systems.available()["openvino"] else "")
     out = tmp_path / "run.json"
+    # A run on the CPU, also on a machine with a GPU (whose suite runs with
+    # XLA_PYTHON_CLIENT_PREALLOCATE set: not passed on, so that the record shows what
+    # the bench itself sets for a CPU run, which is nothing).
+    env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
     proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
                            "W8,W3", "--systems", chosen, "--repeats", "3", "--no-table",
                            "--cpu-dispatch", "inline", "--json", str(out)],
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                          env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True,
                           text=True, check=True, timeout=300)
     lines = proc.stderr.splitlines()
     assert "\r" not in proc.stderr
     assert [ln.split(":")[0] for ln in lines if ln.startswith("[")] == [
         "[1/2] W8 tiny", "[2/2] W3 last axis"]
+    # the copies, each by name with its bandwidth, and the one %roof divides by
+    (roof_line,) = [ln for ln in lines if ln.startswith("copy roof: ")]
     assert not any(re.search(r"round \d+/|first call of", ln) for ln in lines)
     assert "os.fork()" not in proc.stderr and "Warning" not in proc.stderr
     # the record of that run: schema 2, with the check cost and the new device fields
@@ -464,13 +578,20 @@ def test_a_log_gets_one_progress_line_per_workload_and_no_fork_warning(tmp_path)
     assert rec["workloads"]["W3"] == {"data": [512, 1024], "indices": [512],
                                       "dtype": "float32", "indices_drawn": "uniform"}
     dev = rec["device"]
-    assert "platform_version" in dev and dev["backend"] in ("cpu", "gpu", "cuda", "tpu")
-    if dev["platform"] == "cpu":  # a CPU device has no memory_stats; JAX sets nothing
-        assert dev["memory_bytes"] is None
-        assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in rec["environment"]
-    elif dev["platform"] == "gpu":  # (the suite run with JAX_PLATFORMS=cuda)
-        assert dev["memory_bytes"] > 2**30
-        assert rec["environment"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "platform_version" in dev and dev["backend"] == dev["platform"] == "cpu"
+    assert dev["memory_bytes"] is None  # a CPU device has no memory_stats
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in rec["environment"]  # set for a GPU only
+    cores = systems.cores()
+    names = ["jax copy (cpu)", "numpy copy 1t"] + ([f"numpy copy {cores}t"] if cores > 1 else [])
+    assert list(rec["roof"]) == names
+    fastest = max(rec["roof"], key=rec["roof"].get)  # on a CPU: the one roof for all
+    assert rec["pct_roof_of"] == {"device": fastest, "host": fastest}
+    for r in rec["results"]:
+        assert r["pct_roof_of"] == fastest
+        assert r["pct_roof"] == pytest.approx(100 * r["gbps"] / rec["roof"][fastest])
+    assert roof_line == record.roof_line(rec["roof"], rec["pct_roof_of"])
+    assert all(f"{k} {v:.1f} GB/s" in roof_line for k, v in rec["roof"].items())
+    assert roof_line.endswith(f"; %roof divides by {fastest} (device and host)")
 
 
 def test_plot_writes_a_png_with_log_ratio_axes(tmp_path):
@@ -524,9 +645,12 @@ def test_gradient_variants_draw_repeated_or_unique_rows():
 
 def test_the_sorted_gradient_runs_beside_promise_on_the_gradient_variants_and_on_a_gpu(
         monkeypatch):
-    import jax
+    import types
     none = {"onnxruntime": False, "openvino": False, "torch": False}
-    cpu = jax.devices("cpu")[0]
+    # Which systems are built, not run: fake devices (JAX may have no CPU backend, as
+    # under JAX_PLATFORMS=cuda), whose arrays stay on the host.
+    monkeypatch.setattr(systems, "jax_inputs", lambda d, i, device: (d, i))
+    cpu = types.SimpleNamespace(platform="cpu")
     for key in ("W9r", "W9u", "W9r-bf16", "W9u-bf16"):
         w = WORKLOADS[key]
         assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), cpu, none,
@@ -534,24 +658,9 @@ def test_the_sorted_gradient_runs_beside_promise_on_the_gradient_variants_and_on
     w = WORKLOADS["W9"]  # the CPU main job's gradient keeps its systems
     assert "xgather[promise,sorted]" not in systems.build(w, *w.arrays("tiny"), cpu, none,
                                                           {"xgather"})
-    # On a GPU every gradient workload has it (the fake GPU's arrays stay on the CPU).
-    monkeypatch.setattr(systems, "jax_inputs", lambda d, i, device: (d, i))
+    # On a GPU every gradient workload has it.
     assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), _fake_gpu(),
                                                       none, {"xgather"})
-
-
-def _spec_arrays(w, size, rows=None):
-    """Stand-ins with the shapes and dtypes of ``w``'s arrays at ``size``; ``rows``
-    widens the data's last axis (the tiny sizes have rows of a few bytes)."""
-    import jax
-    dshape, ishape = w.shapes(size)
-    if rows is not None:
-        dshape = dshape[:-1] + (rows,)
-    if size == "gpu":
-        return (jax.ShapeDtypeStruct(dshape, w.np_dtype()),
-                jax.ShapeDtypeStruct(ishape, np.int64))
-    data, idx = w.arrays(size)
-    return np.resize(data, dshape), idx
 
 
 def _fake_gpu():
@@ -613,6 +722,44 @@ def test_gpu_peers_compute_the_same_result(key):
         np.testing.assert_allclose(_as_f32(fn()), want, rtol=tol, atol=tol, err_msg=name)
 
 
+def _numpy_as_cupy(monkeypatch):
+    """NumPy standing in for CuPy, whose API is NumPy's (``take``, ``add.at``, ...), and a
+    ``cupyx.scatter_add`` that warns as CuPy 14's does (it calls ``ndarray.scatter_add``,
+    deprecated there: .ci/gpu's first run, tests.log)."""
+    import types
+    import warnings
+
+    def scatter_add(a, slices, value):
+        warnings.warn("`ndarray.scatter_add` is deprecated. Please use `cupy.add.at` "
+                      "instead.", DeprecationWarning, stacklevel=2)
+        np.add.at(a, slices, value)
+    device = types.SimpleNamespace(synchronize=lambda: None)
+    cupy = types.SimpleNamespace(
+        asarray=np.asarray, take=np.take, take_along_axis=np.take_along_axis,
+        zeros_like=np.zeros_like, arange=np.arange, add=np.add,
+        cuda=types.SimpleNamespace(Device=lambda: device))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(scatter_add=scatter_add))
+
+
+@pytest.mark.parametrize("key", GATHERS)
+def test_the_cupy_peer_code_agrees_with_numpy_on_numpy(key, monkeypatch):
+    """The CuPy peer's code on NumPy (no GPU or CuPy needed), without a deprecated call;
+    the gradient against its closed form, 2 * data * (times each row is gathered)."""
+    w = WORKLOADS[key]
+    data, idx = w.arrays("tiny")
+    _numpy_as_cupy(monkeypatch)
+    run = systems.cupy_runner(w, data, idx)
+    if w.dtype == "bfloat16":
+        assert run is None  # CuPy has no bfloat16
+        return
+    if w.op == "grad":
+        want = 2 * data * np.bincount(idx, minlength=data.shape[0])[:, None]
+    else:
+        want = systems.numpy_runner(w, data, idx)()
+    np.testing.assert_allclose(run(), want, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("key", GATHERS)
 def test_the_torch_cuda_peer_code_agrees_with_numpy_on_the_cpu(key):
     """The torch-cuda peer's code, run on torch's CPU device (no GPU needed)."""
@@ -653,9 +800,21 @@ def test_mistakes_are_one_line_errors_before_any_run(tmp_path):
         assert message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
 
 
+def _results_file(name: str) -> Path:
+    """A record of bench/results/: from the repository checkout that holds this test, or
+    beside the installed xgather_bench. An install (a wheel, pip install --target) has no
+    results/: then the test skips, and says so."""
+    for folder in (Path(__file__).resolve().parents[1] / "bench" / "results",
+                   Path(record.__file__).parent / "results"):
+        if (folder / name).is_file():
+            return folder / name
+    pytest.skip(f"bench/results/{name} is in the repository only: neither this checkout "
+                f"({Path(__file__).resolve().parents[1]}) nor the installed xgather_bench "
+                f"({Path(record.__file__).parent}) has it")
+
+
 def test_compare_skips_workloads_that_ran_on_other_shapes():
-    base = json.loads((Path(record.__file__).parent / "results" /
-                       "cpu-2core-2026-11-24-main-job.json").read_text())
+    base = json.loads(_results_file("cpu-2core-2026-11-24-main-job.json").read_text())
     other = json.loads(json.dumps(base))
     other["size"] = "quick"
     other["workloads"]["W10"]["data"] = [256, 1024]
@@ -688,7 +847,10 @@ def test_the_eager_bench_end_to_end(tmp_path, capsys):
     assert main(["eager", "--repeats", "2", "--calls", "3", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     rec = json.loads(out.read_text())
-    assert rec["schema"] == eager.SCHEMA and rec["device"]["platform"] == "cpu"
+    import jax
+    device = jax.devices()[0]  # the platform in use: cpu, or gpu under JAX_PLATFORMS=cuda
+    assert rec["schema"] == eager.SCHEMA and rec["device"]["platform"] == device.platform
+    assert rec["device"]["kind"] == device.device_kind
     assert rec["versions"]["jax"] and rec["calls_per_sample"] == 3
     assert set(rec["baseline"]) == {"device", "numpy"}
     assert {(r["op"], r["mode"], r["indices"]) for r in rec["results"]} == {
