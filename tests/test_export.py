@@ -534,6 +534,72 @@ def test_wide_indices_unsigned_fill_exports(op):
     np.testing.assert_array_equal(_run_x(model, (DATA_X, idx)), want)
 
 
+def _where_input_types(model):
+    """The element types of every ``Where`` node's value inputs (shape inference's)."""
+    model = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+    return {types.get(name) for node in _nodes(model) if node.op_type == "Where"
+            for name in node.input[1:]}
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill", None])
+@pytest.mark.parametrize("unsigned", [np.uint8, np.uint16, np.uint32])
+def test_no_unsigned_where(mode, unsigned):
+    # onnxruntime's Where has no uint64 kernel, nor a uint32 one before 1.31: the plain
+    # path selects signed indices (onnxruntime 1.30 failed to load the uint32 model).
+    idx = np.asarray([0, 2, 7, np.iinfo(unsigned).max], unsigned)
+    model = xgather.export.to_onnx(P(xgather.openvino.gather, axis=0, mode=mode), [DATA, idx],
+                                   opset=21)
+    unsigned_types = {onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+                      onnx.TensorProto.UINT64}
+    assert not _where_input_types(model) & unsigned_types
+    want = reference.gather(DATA, idx.astype(np.int64), 0, oob=mode or "fill")
+    np.testing.assert_array_equal(_ort(model, (DATA, idx)), want)
+
+
+# Functions whose lowering differs by platform: a gather inside the array (row batching on
+# a CPU), an element gather and a GatherND of single elements (the linear lowering), a large
+# gather whose negative indices are wrapped in a pass of their own, and the defaults.
+PLATFORM_CASES = {  # op, its attributes, data and indices shapes, the reference
+    "inner-axis": (xgather.onnx.gather, dict(axis=2, mode="clip"), (4, 5, 6), (3,),
+                   lambda d, i: reference.gather(d, i, 2, oob="clip")),
+    "elements": (xgather.onnx.gather_elements, dict(axis=1, mode="fill"), (4, 5, 6), (4, 3, 6),
+                 lambda d, i: reference.gather_elements(d, i, 1, oob="fill")),
+    "nd-elements": (xgather.onnx.gather_nd, dict(batch_dims=1, mode="clip"), (4, 5, 6),
+                    (4, 7, 2), lambda d, i: reference.gather_nd(d, i, 1, oob="clip")),
+    "large-inner": (xgather.onnx.gather, dict(axis=1, mode="fill"), (64, 1024), (512,),
+                    lambda d, i: reference.gather(d, i, 1, oob="fill")),
+    "default": (xgather.onnx.gather_elements, dict(axis=2), (4, 5, 6), (4, 5, 3),
+                lambda d, i: reference.gather_elements(d, i, 2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLATFORM_CASES))
+def test_the_graph_is_the_same_wherever_it_is_traced(case):
+    op, attrs, dshape, ishape, want = PLATFORM_CASES[case]
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    s = dshape[-1] if case == "default" else min(dshape[1:])
+    idx = rng.integers(-s, s if case == "default" else 2 * s, ishape).astype(np.int32)
+    graphs = {}
+    for platform in xgather._lower.PLATFORMS:
+        for element in xgather._lower.ELEMENT_GATHERS:
+            with xgather.lowering(platform, element_gather=element):
+                model = _export(lambda d, i: op(d, i, **attrs), (data, idx), 21)
+            graphs[platform, element] = model.graph.SerializeToString()
+            np.testing.assert_array_equal(_ort(model, (data, idx)), want(data, idx))
+    assert len(set(graphs.values())) == 1, sorted(graphs)
+    # ... while outside an export the lowering is chosen per platform.
+    with xgather.lowering("gpu", element_gather="linear"):
+        on_gpu = xgather.explain(op, data, idx, **attrs)
+    with xgather.lowering("cpu"):
+        on_cpu = xgather.explain(op, data, idx, **attrs)
+    assert (on_gpu.platform, on_cpu.platform) == ("gpu", "cpu")
+    if case != "default":
+        assert (on_gpu.lowering, on_gpu.wrap_pass) != (on_cpu.lowering, on_cpu.wrap_pass)
+
+
 @pytest.mark.parametrize("dtype, coeff", [(np.float16, None), (np.float32, 0.5)],
                          ids=["float16", "labview"])
 @pytest.mark.parametrize("mode", ["clip", "fill"])

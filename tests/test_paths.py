@@ -18,7 +18,7 @@ import pytest
 import xgather
 from tests import reference as ref
 from tests.helpers import assert_same
-from xgather import OutOfBoundsError, _frontend, _gather, _plan
+from xgather import OutOfBoundsError, _frontend, _gather, _lower, _plan
 
 G, ND, EL = xgather.onnx.gather, xgather.onnx.gather_nd, xgather.onnx.gather_elements
 
@@ -198,10 +198,12 @@ def test_checked_traces_one_program_that_carries_the_report():
 
 @pytest.fixture
 def branch_wrap(monkeypatch):
-    """Plans whose wrap takes a branch at any size."""
-    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1)
+    """Plans whose wrap takes a branch at any size (XLA:CPU's lowering choices, which are
+    exact on every platform)."""
+    monkeypatch.setattr(_lower, "SEPARATE_WRAP", 1)
     xgather._frontend.clear_caches()
-    yield
+    with xgather.lowering("cpu"):
+        yield
     xgather._frontend.clear_caches()
 
 
@@ -272,24 +274,30 @@ CASES = [  # (op, data shape, indices shape, args, index bound, reference)
 @pytest.fixture(params=["fused", "branch"])
 def wrap_pass(request, monkeypatch):
     """Plans made with the wrap inside the gather, or in a branch ("separate" for row
-    gathers, "gather" for element gathers: see _expected_pass)."""
-    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1 if request.param == "branch" else 2**62)
+    gathers, "gather" for element gathers: see _expected_pass), with XLA:CPU's lowering
+    choices (exact on every platform; the other platforms' are tested below)."""
+    monkeypatch.setattr(_lower, "SEPARATE_WRAP", 1 if request.param == "branch" else 2**62)
     xgather._frontend.clear_caches()
-    yield request.param
+    with xgather.lowering("cpu"):
+        yield request.param
     xgather._frontend.clear_caches()
 
 
 def _expected_pass(wrap_pass, plan):
     if wrap_pass == "fused":
         return "fused"
-    return "separate" if np.prod(plan.out_shape) >= _plan._ROWS * plan.index_count else "gather"
+    return "separate" if np.prod(plan.out_shape) >= _lower.ROWS * plan.index_count else "gather"
 
 
-def test_the_cases_take_every_pass(monkeypatch):
-    monkeypatch.setattr(_plan, "_SEPARATE_WRAP", 1)
-    passes = {xgather.explain(op, np.zeros(d, np.float32), np.zeros(i, np.int32), *a).wrap_pass
-              for op, d, i, a, _, _ in CASES}
-    assert passes == {"separate", "gather"}
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_the_cases_take_every_pass(monkeypatch, platform):
+    monkeypatch.setattr(_lower, "SEPARATE_WRAP", 1)
+    with xgather.lowering(platform):
+        passes = {xgather.explain(op, np.zeros(d, np.float32), np.zeros(i, np.int32),
+                                  *a).wrap_pass for op, d, i, a, _, _ in CASES}
+    # Without row batching, the gather inside (3, 4, 6) copies slices of 18 elements.
+    assert passes == ({"separate", "gather"} if platform == "cpu" else
+                      {"separate", "gather", "fused"})
 
 
 def _reference(op, data, idx, args, oob):
@@ -374,60 +382,106 @@ def test_both_wrap_passes_differentiate(case, mode, wrap_pass):
     np.testing.assert_allclose(f(data, idx), expected.reshape(dshape), rtol=1e-6)
 
 
-def test_the_default_threshold_takes_each_pass():
+@pytest.mark.parametrize("platform", _lower.PLATFORMS)
+def test_the_default_threshold_takes_each_pass(platform):
     def wrap_pass(op, dshape, ishape, *args):
-        return xgather.explain(op, np.zeros(dshape, np.float32), np.zeros(ishape, np.int32),
-                               *args).wrap_pass
+        with xgather.lowering(platform):
+            return xgather.explain(op, np.zeros(dshape, np.float32),
+                                   np.zeros(ishape, np.int32), *args).wrap_pass
     assert wrap_pass(G, (100, 16), (10,)) == "fused"  # small
     assert wrap_pass(G, (100, 512), (1024,)) == "fused"  # rows of 512: once per row
     assert wrap_pass(ND, (64, 64, 8), (4096, 2)) == "fused"  # rows of 8
     assert wrap_pass(ND, (64, 64, 4), (8192, 2)) == "separate"  # rows of 4
-    assert wrap_pass(G, (64, 1024), (512,), 1) == "separate"  # one element per slice
+    # Along axis 1: one element per slice where the rows are batched (XLA:CPU), else
+    # slices of 64 elements (one per row), which wrap once per slice.
+    inner = wrap_pass(G, (64, 1024), (512,), 1)
+    assert inner == ("separate" if platform == "cpu" else "fused")
     assert wrap_pass(EL, (256, 256), (256, 256)) == "gather"
 
 
 @pytest.mark.parametrize("mode", ["error", "clip", "fill"])
 def test_large_row_gathers_wrap_inside_the_gather(mode):
-    """Rows of _ROW_SLICE elements or more keep the wrap in the gather at any size."""
+    """Rows of ROW_SLICE elements or more keep the wrap in the gather at any size."""
     rng = np.random.default_rng(5)
     data = rng.standard_normal((300, 8)).astype(np.float32)
     lo, hi = (-300, 300) if mode == "error" else (-303, 303)
     idx = rng.integers(lo, hi, 4096).astype(np.int32)
     idx[0] = -1
     plan = xgather.explain(G, data, idx)
-    assert plan.wrap_pass == "fused" and math.prod(plan.out_shape) >= _plan._SEPARATE_WRAP
+    assert plan.wrap_pass == "fused" and math.prod(plan.out_shape) >= _lower.SEPARATE_WRAP
     want = ref.gather(data, idx, oob=mode)
     f = jax.jit(lambda d, i: G(d, i, mode=mode))
     assert_same((xgather.checked(f) if mode == "error" else f)(data, idx), want)
     assert_same(G(data, jnp.asarray(idx), mode=mode), want)
 
 
+@pytest.mark.parametrize("element", _lower.ELEMENT_GATHERS)
+@pytest.mark.parametrize("platform", _lower.PLATFORMS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].__name__}-{c[1]}-{c[2]}")
-def test_other_backends_lowering_runs_here_too(case, monkeypatch):
-    """Plans made for a GPU (no row batching) give the same results on this CPU."""
+def test_every_platforms_lowering_runs_here_too(case, platform, element):
+    """Plans made with each platform's choices (and each element lowering) give the loops'
+    results on this machine, eagerly, under jit and under the checked default."""
     op, dshape, ishape, args, s, want = case
-    monkeypatch.setattr(_plan, "backend", lambda name=None: name or "gpu")
-    xgather._frontend.clear_caches()
-    try:
-        rng = np.random.default_rng(2)
-        data = rng.standard_normal(dshape).astype(np.float32)
-        idx = rng.integers(-s, s, ishape).astype(np.int32)
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    idx = rng.integers(-s, s, ishape).astype(np.int32)
+    with xgather.lowering(platform, element_gather=element):
         plan = xgather.explain(op, data, idx, *args)
-        assert plan.backend == "gpu" and "row_batching" not in plan.lowering
-        assert "(for the gpu backend)" in str(plan)
-        assert f"on device indices eagerly, jnp.any over the {idx.size} index values" in str(plan)
+        assert plan.platform == platform
+        assert f"(chosen for the {platform} platform)" in str(plan)
+        flag = (f"a float32 max over the {idx.size}" if platform == "cpu" else
+                f"jnp.any over the {idx.size} index values")
+        assert f"on device indices eagerly, {flag}" in str(plan)
+        elements = op is EL or (op is ND and ishape[-1] == len(dshape))
+        assert (plan.lowering == "linear") == (elements and element == "linear")
         assert_same(op(data, idx, *args), want(data, idx))
+        assert_same(op(data, jnp.asarray(idx), *args), want(data, idx))
         assert_same(xgather.checked(jax.jit(lambda d, i: op(d, i, *args)))(data, idx),
                     want(data, idx))
-    finally:
-        xgather._frontend.clear_caches()
 
 
-def test_cpu_plans_batch_rows_and_say_so():
+@pytest.mark.parametrize("platform", _lower.PLATFORMS)
+def test_each_platform_takes_its_choices(platform):
+    """The table of :mod:`xgather._lower`, as the plans show it: row batching on XLA:CPU
+    only; the flag a float32 max there and jnp.any elsewhere; element gathers as batching
+    dims until a GPU measurement says otherwise."""
+    with xgather.lowering(platform):
+        inner = xgather.explain(G, np.zeros((3, 4, 6), np.float32), np.zeros(2, np.int32), 1)
+        elems = xgather.explain(EL, np.zeros((3, 4), np.float32), np.zeros((3, 2), np.int32), 1)
+    assert inner.platform == elems.platform == platform
+    assert inner.lowering == ("vmap+row_batching" if platform == "cpu" else "vmap")
+    assert elems.lowering == "batching_dims"
+    assert ("float32 max" in str(inner)) == (platform == "cpu")
+    assert _lower.choices(platform).clamps_64 == (platform == "cpu")
+
+
+def test_plans_are_made_for_the_default_backend():
     plan = xgather.explain(G, np.zeros((3, 4, 6), np.float32), np.zeros(2, np.int32), 1)
-    assert plan.backend == jax.default_backend()
-    if plan.backend == "cpu":
-        assert plan.lowering == "vmap+row_batching" and "(for the cpu backend)" in str(plan)
+    assert plan.platform == {"cuda": "gpu", "rocm": "gpu"}.get(jax.default_backend(),
+                                                               jax.default_backend())
+    with xgather.lowering("gpu"):
+        assert xgather.explain(G, np.zeros(3, np.float32), np.zeros(2, np.int32)).platform == "gpu"
+    assert xgather.explain(G, np.zeros(3, np.float32), np.zeros(2, np.int32)).platform == \
+        plan.platform
+
+
+def test_lowering_refuses_unknown_choices():
+    with pytest.raises(xgather.XGatherError, match="platform must be one of"):
+        with xgather.lowering("metal"):
+            pass
+    with pytest.raises(xgather.XGatherError, match="element_gather must be one of"):
+        with xgather.lowering(element_gather="flat"):
+            pass
+
+
+def test_the_element_lowering_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("XGATHER_ELEMENT_GATHER", "gpu=linear")
+    assert _lower._env_element_gather() == {"gpu": "linear"}
+    monkeypatch.setenv("XGATHER_ELEMENT_GATHER", "linear")
+    assert _lower._env_element_gather() == dict.fromkeys(_lower.PLATFORMS, "linear")
+    monkeypatch.setenv("XGATHER_ELEMENT_GATHER", "gpu=flat")
+    with pytest.raises(ValueError, match="XGATHER_ELEMENT_GATHER"):
+        _lower._env_element_gather()
 
 
 def test_clear_caches_forgets_every_signature():

@@ -6,6 +6,7 @@ from xgather._check import MAX_PENDING, checked, raise_if_error, sync_checks
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
 from xgather._frontend import explain
 from xgather._grad import grad_scatter
+from xgather._lower import lowering
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan
 
@@ -37,6 +38,7 @@ __all__ = [
     "keep_large_allocations",
     "bnns",
     "labview",
+    "lowering",
     "onnx",
     "openvino",
     "raise_if_error",

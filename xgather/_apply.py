@@ -59,7 +59,7 @@ def flag_and_wrap(plan: Plan, indices, flag: bool, use, fused: bool = False):
         return bad, use(_modes.wrap(plan, indices))
     inner = use if plan.wrap_pass == "gather" else (lambda i: i)
     outer = (lambda i: i) if plan.wrap_pass == "gather" else use
-    return None, outer(lax.cond(_check.reduce_any(indices < 0, backend=plan.backend),
+    return None, outer(lax.cond(_check.reduce_any(indices < 0, platform=plan.platform),
                                 lambda i: inner(_modes.wrap(plan, i)), inner, indices))
 
 

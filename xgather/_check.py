@@ -45,7 +45,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _jaxprivate
+from xgather import _jaxprivate, _lower
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 from xgather._modes import TraceState, valid, widen
 
@@ -65,8 +65,9 @@ _LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
 _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
-def reduce_any(bad, pad: bool = True, *, backend: str):
-    """``bad.any()``, in the form XLA:CPU compiles and runs fastest; ``jnp.any`` elsewhere.
+def reduce_any(bad, pad: bool = True, *, platform: str):
+    """``bad.any()``, in the form ``platform``'s choices name (:mod:`xgather._lower`): the
+    one XLA:CPU compiles and runs fastest there, ``jnp.any`` elsewhere.
 
     On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
     boolean reduction of many values becomes a tree of scalar loops, slow to
@@ -74,14 +75,14 @@ def reduce_any(bad, pad: bool = True, *, backend: str):
     more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size;
     without it they are reduced by ``jnp.any``. Above ``_BLOCKED_ABOVE``, a first
     stage reduces (rows, lanes) blocks over their rows, fused with the compare
-    that makes ``bad``. ``backend`` is the plan's: both forms compute the same
-    flag, so a program lowered for another backend stays exact.
+    that makes ``bad``. ``platform`` is the plan's: both forms compute the same
+    flag, so a program lowered for another platform stays exact.
     """
     flat = bad.ravel()
     n = flat.size
     if n == 0:
         return jnp.zeros((), bool)
-    if backend != "cpu":
+    if _lower.choices(platform).flag != "float max":
         return jnp.any(flat)
     m, _, size = _cpu_flag_steps(n, pad)
     if m:
@@ -109,7 +110,7 @@ def _cpu_flag_steps(n: int, pad: bool = True) -> tuple[int, int, int]:
 def any_bad(plan, indices):
     """The flag: some index lies outside the spec's range (before any wrap)."""
     return reduce_any(jnp.logical_not(valid(plan, indices, jnp)), pad=not plan.small,
-                      backend=plan.backend)
+                      platform=plan.platform)
 
 
 def flag_text(plan) -> str:
@@ -124,7 +125,7 @@ def flag_text(plan) -> str:
 
 def _flag_form(plan, n: int) -> str:
     """The form of :func:`any_bad` over ``n`` index values."""
-    if plan.backend != "cpu":
+    if _lower.choices(plan.platform).flag != "float max":
         return f"jnp.any over the {n} index values"
     m, read, size = _cpu_flag_steps(n, pad=not plan.small)
     blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from xgather import _apply, _check, _dtypes, _gather, _grad, _jaxprivate, _modes, _plan
+from xgather import _apply, _check, _dtypes, _gather, _grad, _jaxprivate, _lower, _modes, _plan
 from xgather._errors import XGatherTypeError, fail
 from xgather._plan import Plan
 
@@ -72,9 +72,9 @@ def signature(op, args: tuple, kwargs: dict):
             return None  # its mesh is the context's, which the key does not hold
         return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()),
                 tuple(map(type, attrs)), tuple(map(type, kwargs.values())),
-                _modes.current_default(), _dtypes.x64())
+                _modes.current_default(), _dtypes.x64(), _lower.override())
     return (op, spec_data, spec_indices, attrs, tuple(map(type, attrs)),
-            _modes.current_default(), _dtypes.x64())
+            _modes.current_default(), _dtypes.x64(), _lower.override())
 
 
 def cached(op):

@@ -4,6 +4,7 @@ the result out, vmapped over batch dims where the plan says so and placed as ask
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -76,6 +77,8 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
         unique_indices = False  # clamping can map distinct indices to one position
 
     def core(d, i):
+        if plan.lowering == "linear":
+            return _linear(plan, mode, fill, unique_indices, d, i)
         if plan.index_broadcast:
             lead = plan.index_broadcast
             i = jnp.broadcast_to(i[(None,) * len(lead)], lead + i.shape)
@@ -84,7 +87,7 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
                           fill_value=fill if mode == "fill" else None,
                           indices_are_sorted=indices_are_sorted, unique_indices=unique_indices)
 
-    if plan.lowering.startswith("vmap"):
+    if plan.lowering != "batching_dims":  # vmap, vmap+row_batching, linear
         for _ in range(plan.batch_dims):
             core = jax.vmap(core)
     try:
@@ -105,6 +108,49 @@ def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx)
              "for a table sharded by rows",
              f"data {_spec(data)}, indices {_spec(idx)}",
              {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+
+
+def _linear(plan: Plan, mode: str, fill, unique_indices: bool, data, idx):
+    """The ``"linear"`` lowering of one batch's element gather: each index (tuple) becomes
+    one position of the flattened data, as torch's kernels address elements.
+
+    ``idx`` holds index tuples (GatherND: the last axis) or, for GatherElements, one
+    index per output element along ``plan.index_axes[0]``, whose other coordinates are
+    the element's own. A component outside its axis would land on another element, so
+    ``"clip"`` clamps each component first and ``"fill"`` masks the result where one is
+    out of range, as ``lax.gather`` does per component.
+    """
+    shape = data.shape
+    strides = [math.prod(shape[j + 1:]) for j in range(len(shape))]
+    dtype = idx.dtype
+    if plan.index_vector:
+        parts = [(idx[..., j], j) for j in range(idx.shape[-1])]
+        out_shape = idx.shape[:-1]
+    else:
+        axis = plan.index_axes[0]
+        out_shape = idx.shape
+        parts = [(idx, axis)] + [(lax.broadcasted_iota(dtype, out_shape, j), j)
+                                 for j in range(len(shape)) if j != axis]
+    valid = None
+    if mode in ("clip", "fill"):  # the index components (GatherElements: the first part)
+        given, own = parts[:len(plan.index_axes)], parts[len(plan.index_axes):]
+        top = [jnp.asarray(shape[j] - 1, dtype) for _, j in given]
+        if mode == "fill":
+            signed = jnp.issubdtype(dtype, jnp.signedinteger)
+            valid = functools.reduce(jnp.logical_and, [
+                (c >= 0) & (c <= t) if signed else c <= t
+                for (c, _), t in zip(given, top, strict=True)])
+        zero = jnp.zeros((), dtype)
+        parts = [(lax.clamp(zero, c, t), j)
+                 for (c, j), t in zip(given, top, strict=True)] + own
+    position = functools.reduce(lax.add, [c * jnp.asarray(strides[j], dtype) if strides[j] != 1
+                                          else c for c, j in parts])
+    flat = lax.gather(data.reshape(-1), position[..., None], plan.dimension_numbers,
+                      plan.slice_sizes, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+                      unique_indices=unique_indices)
+    if valid is not None:
+        flat = jnp.where(valid, flat, jnp.asarray(fill, data.dtype))
+    return flat.reshape(out_shape)
 
 
 def no_clamp_into_nothing(plan: Plan, mode: str, indices) -> None:

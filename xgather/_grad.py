@@ -86,7 +86,7 @@ def _sortable(plan) -> str | None:
     if plan.index_vector or plan.batch_dims or len(plan.index_axes) != 1:
         return "it gathers index tuples, elements or batches, not slices along one axis"
     if plan.lowering != "vmap" or plan.index_broadcast or plan.data_crop is not None:
-        return f"its lowering ({plan.lowering}) batches the rows before the axis"
+        return f"its lowering ({plan.lowering}) is not one gather of rows"
     if 0 in plan.bounds or 0 in plan.indices_shape:
         return "it has no index or no position to sort"
     return None
@@ -187,11 +187,11 @@ def _sorted_gather(plan, mode, hints, idx, t):
     order = jnp.argsort(flat, stable=True)  # stable: the same sums on every run
     keys = flat[order]
     rows_plan = _plan.take_plan(plan.op, plan.data_shape, (n,), axis, 0, plan.negative,
-                                plan.backend)
+                                plan.platform)
     rows = gather_prepared(rows_plan, mode, 0, hints._replace(indices_are_sorted=True), t, keys)
     position = jnp.zeros_like(order).at[order].set(jnp.arange(n, dtype=order.dtype),
                                                    unique_indices=True)
-    back_plan = _plan.take_plan(plan.op, rows.shape, (n,), axis, 0, False, plan.backend)
+    back_plan = _plan.take_plan(plan.op, rows.shape, (n,), axis, 0, False, plan.platform)
     back = gather_prepared(back_plan, "promise_in_bounds", 0,
                            hints._replace(indices_are_sorted=False, unique_indices=True),
                            rows, position)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from xgather import _jaxprivate
+from xgather import _jaxprivate, _lower
 from xgather._errors import XGatherError, choice
 
 Mode = Literal["error", "clip", "fill", "promise_in_bounds"]
@@ -182,14 +182,15 @@ def wraps(plan, indices) -> bool:
 
 
 def narrow(plan, indices):
-    """64-bit indices saturated into the int32 range on XLA:CPU, where every axis fits it.
+    """64-bit indices saturated into the int32 range on XLA:CPU (the platforms whose
+    :mod:`xgather._lower` choices say ``clamps_64``), where every axis fits it.
 
     XLA:CPU's gather keeps only the low 32 bits of a 64-bit index into a small
     operand (jax 0.10.2: index ``2**32 + 5`` reads row 5 under ``"fill"``).
     Saturating first keeps every out-of-range index out of range, on the same
     side, and in-range indices unchanged. The dtype stays 64-bit, and other
-    backends (chosen when the program is lowered) skip the clamp. Runs after
-    :func:`wrap`.
+    platforms (chosen when the program is lowered, so an exported program is exact on
+    each) skip the clamp. Runs after :func:`wrap`.
     """
     if jnp.dtype(indices.dtype).itemsize != 8 or max(plan.bounds, default=0) >= 2**31:
         return indices
@@ -197,7 +198,9 @@ def narrow(plan, indices):
     low = jnp.asarray(0 if jnp.issubdtype(indices.dtype, jnp.unsignedinteger) else info.min,
                       indices.dtype)
     clamp = functools.partial(lax.clamp, low, max=jnp.asarray(info.max, indices.dtype))
-    return lax.platform_dependent(indices, cpu=clamp, default=lambda i: i)
+    clamped = {name: clamp for platform, chosen in _lower.TABLE.items() if chosen.clamps_64
+               for name in _lower.RUNTIMES[platform]}
+    return lax.platform_dependent(indices, **clamped, default=lambda i: i)
 
 
 def valid(plan, indices, xp):

@@ -13,28 +13,17 @@ import dataclasses
 import functools
 import math
 
-import jax
 from jax import lax
 
+from xgather import _lower
 from xgather._dtypes import as_int
 from xgather._errors import XGatherError, fail
 
 Shape = tuple[int, ...]
 
 #: How the batch dimensions of a plan are lowered (see ``Plan.lowering``).
-LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching")
+LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching", "linear")
 
-# Output elements from which the negative wrap gets a pass of its own (skipped when no
-# index is negative); below, it is computed inside the gather, where a branch would cost more.
-_SEPARATE_WRAP = 1 << 14
-# Elements copied per index from which the wrapped indices leave their branch (row gathers);
-# below, the gather goes into the branch (element gathers: a copy of the indices out of a
-# conditional would cost about as much as the gather).
-_ROWS = 4
-# Elements of one slice (prod(slice_sizes)) from which the wrap stays inside the gather at
-# any size: the index is then loaded once per slice and the wrap with it, out of the copy
-# loop, and no kernel is added to compile (measured: docs/lowering.md).
-_ROW_SLICE = 8
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
               "fused": "inside the gather"}
@@ -63,23 +52,26 @@ class Plan:
         off the axis, the leading box of ``data`` that is read.
       lowering: ``"vmap"`` (the reference path: ``jax.vmap`` over the batch
         dims), ``"batching_dims"`` (XLA batching dimensions, for element
-        gathers), or ``"vmap+row_batching"`` (gathers along an inner axis: the
-        dims before the axis become batching dims too, see ``index_broadcast``).
+        gathers), ``"vmap+row_batching"`` (gathers along an inner axis: the
+        dims before the axis become batching dims too, see ``index_broadcast``),
+        or ``"linear"`` (element gathers: one linear index into the flattened
+        data, ``jax.vmap`` over any batch dims). Chosen per platform by
+        :mod:`xgather._lower`.
       index_broadcast: leading dims the per-batch indices are broadcast over
         (``"vmap+row_batching"``); each row then gathers its own elements, so
         XLA writes the output in order instead of gathering columns and
         transposing them.
-      backend: the XLA backend the lowering was chosen for (``"cpu"``,
-        ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made).
-        Row batching is an XLA:CPU choice; other backends take ``"vmap"``.
-        Every lowering is correct on every backend.
+      platform: the platform the lowering was chosen for (``"cpu"``,
+        ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made, or
+        the one :func:`xgather.lowering` set). Every lowering is exact on every
+        platform.
       wrap_pass: where negative indices are wrapped: ``"fused"`` (inside the
         gather's loop: small gathers, where a branch would cost more than the
-        wrap, and gathers of slices of ``_ROW_SLICE`` elements or more, where
+        wrap, and gathers of slices of ``ROW_SLICE`` elements or more, where
         the wrap is computed once per slice), or, for larger gathers of smaller
         slices, in a branch taken only when some index is outside ``[0, s-1]``
         (one pass over the indices asks), once per index rather than once per
-        element copied: ``"separate"`` (indices reused for ``_ROWS`` or more
+        element copied: ``"separate"`` (indices reused for ``ROWS`` or more
         elements each, e.g. along the last axis: the branch returns the wrapped
         indices) or ``"gather"`` (element gathers: each branch holds the gather
         too). Unused where negative indices do not wrap.
@@ -101,7 +93,7 @@ class Plan:
     data_crop: Shape | None = None
     lowering: str = "vmap"
     index_broadcast: Shape = ()
-    backend: str = "cpu"
+    platform: str = "cpu"
     model_opset: int | None = None
     #: Lines that :func:`xgather.explain` adds: what the call makes of the plan as traced
     #: then (the bound check's flag, the gradient's scatter-add). Not part of the plan's
@@ -115,16 +107,12 @@ class Plan:
 
     @property
     def wrap_pass(self) -> str:
-        n, out = self.index_count, math.prod(self.out_shape)
-        if not n or self.small or math.prod(self.slice_sizes) >= _ROW_SLICE:
-            return "fused"
-        return "separate" if out >= _ROWS * n else "gather"
+        return _lower.wrap_pass(self)
 
     @property
     def small(self) -> bool:
-        """Whether the gather writes fewer than ``_SEPARATE_WRAP`` values: a program of
-        microseconds, where work beside the gather costs more per call than to compile."""
-        return math.prod(self.out_shape) < _SEPARATE_WRAP
+        """Whether the gather writes few values (:func:`xgather._lower.small`)."""
+        return _lower.small(self)
 
     @property
     def bounds(self) -> Shape:
@@ -139,7 +127,7 @@ class Plan:
             f" -> out{self.out_shape}",
             f"  lowering: {self.lowering}"
             + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else "")
-            + f" (for the {self.backend} backend)",
+            + f" (chosen for the {self.platform} platform)",
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
             + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]}"
                ")" if self.negative
@@ -189,25 +177,20 @@ def _check_batch_shapes(op: str, data_shape: Shape, indices_shape: Shape, b: int
              f"{data_shape[:b]} and {indices_shape[:b]}", shapes)
 
 
-def backend(name: str | None = None) -> str:
-    """``name``, or JAX's default backend: the one a plan's lowering is chosen for."""
-    return name or jax.default_backend()
-
-
 def take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
-              batch_dims: int = 0, negative: bool = True, backend_name: str | None = None) -> Plan:
+              batch_dims: int = 0, negative: bool = True, platform: str | None = None) -> Plan:
     """Gather along one axis: ``out = data[:axis] + indices[b:] + data[axis+1:]``.
 
     ``axis`` and ``batch_dims`` must already be non-negative (the frontends
     normalise them with their own spec's rule).
     """
     return _take_plan(op, tuple(data_shape), tuple(indices_shape), axis, batch_dims, negative,
-                      backend(backend_name))
+                      _lower.choices(platform))
 
 
 @functools.lru_cache(maxsize=4096)
 def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batch_dims: int,
-               negative: bool, backend_name: str) -> Plan:
+               negative: bool, chosen: _lower.Choices) -> Plan:
     shapes = {"data": data_shape, "indices": indices_shape}
     r = len(data_shape)
     if r < 1:
@@ -224,7 +207,7 @@ def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batc
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
     d, q, a = data_shape[b:], indices_shape[b:], axis - b
     out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
-    if a > 0 and backend_name == "cpu":
+    if a > 0 and chosen.row_batching:
         # A gather inside the array: an offset-dims gather would collect the
         # slices index-major and transpose them (slow on XLA:CPU, above all once the
         # program has a second output such as a checkify flag). Make the dims
@@ -236,30 +219,30 @@ def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batc
             start_index_map=(a,), operand_batching_dims=rows, start_indices_batching_dims=rows)
         return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
                     (1,) * (a + 1) + d[a + 1:], out, lowering="vmap+row_batching",
-                    index_broadcast=d[:a], backend=backend_name)
+                    index_broadcast=d[:a], platform=chosen.platform)
     per_out = d[:a] + q + d[a + 1:]
     offset = tuple(range(a)) + tuple(range(a + len(q), len(per_out)))
     dn = lax.GatherDimensionNumbers(
         offset_dims=offset, collapsed_slice_dims=(a,), start_index_map=(a,))
     return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
-                d[:a] + (1,) + d[a + 1:], out, backend=backend_name)
+                d[:a] + (1,) + d[a + 1:], out, platform=chosen.platform)
 
 
 def nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int = 0,
             negative: bool = True, fold_batch: bool = False,
-            backend_name: str | None = None) -> Plan:
+            platform: str | None = None) -> Plan:
     """Gather index tuples: ``out = indices[:-1] + data[b + k:]`` with ``k = indices.shape[-1]``.
 
     ``fold_batch`` folds the ``b`` batch dimensions of the result into one
     (OpenVINO GatherND-5).
     """
     return _nd_plan(op, tuple(data_shape), tuple(indices_shape), batch_dims, negative,
-                    fold_batch, backend(backend_name))
+                    fold_batch, _lower.choices(platform))
 
 
 @functools.lru_cache(maxsize=4096)
 def _nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int, negative: bool,
-             fold_batch: bool, backend_name: str) -> Plan:
+             fold_batch: bool, chosen: _lower.Choices) -> Plan:
     shapes = {"data": data_shape, "indices": indices_shape}
     r, q, b = len(data_shape), len(indices_shape), batch_dims
     if r < 1:
@@ -285,13 +268,17 @@ def _nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int, 
     out = gathered
     if fold_batch and b:
         out = (math.prod(indices_shape[:b]),) + indices_shape[b:-1] + data_shape[b + k:]
+    if k == len(d) and _linear(chosen, d):  # single elements: one linear index each
+        return Plan(op, data_shape, indices_shape, out, b, tuple(range(b, b + k)), True,
+                    negative, _LINEAR, (1,), gathered, lowering="linear",
+                    platform=chosen.platform)
     return Plan(op, data_shape, indices_shape, out, b, tuple(range(b, b + k)), True, negative,
-                dn, (1,) * k + d[k:], gathered, backend=backend_name)
+                dn, (1,) * k + d[k:], gathered, platform=chosen.platform)
 
 
 def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
                   negative: bool = True, smaller_ok: bool = True,
-                  backend_name: str | None = None) -> Plan:
+                  platform: str | None = None) -> Plan:
     """Gather one element per index: ``out[i] = data[i with i[axis] = indices[i]]``.
 
     Off the axis, ``indices`` may be smaller than ``data`` when ``smaller_ok``
@@ -299,12 +286,12 @@ def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
     XLA batching dimensions, so no index tuples are materialised.
     """
     return _elements_plan(op, tuple(data_shape), tuple(indices_shape), axis, negative,
-                          smaller_ok, backend(backend_name))
+                          smaller_ok, _lower.choices(platform))
 
 
 @functools.lru_cache(maxsize=4096)
 def _elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, negative: bool,
-                   smaller_ok: bool, backend_name: str) -> Plan:
+                   smaller_ok: bool, chosen: _lower.Choices) -> Plan:
     shapes = {"data": data_shape, "indices": indices_shape}
     r = len(data_shape)
     if r < 1:
@@ -327,9 +314,26 @@ def _elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, 
     dn = lax.GatherDimensionNumbers(
         offset_dims=(), collapsed_slice_dims=(axis,), start_index_map=(axis,),
         operand_batching_dims=others, start_indices_batching_dims=others)
+    if _linear(chosen, data_shape):
+        return Plan(op, data_shape, indices_shape, indices_shape, 0, (axis,), False, negative,
+                    _LINEAR, (1,), indices_shape, lowering="linear",
+                    platform=chosen.platform)
     return Plan(op, data_shape, indices_shape, indices_shape, 0, (axis,), False, negative, dn,
                 (1,) * r, indices_shape, crop if crop != data_shape else None, "batching_dims",
-                backend=backend_name)
+                platform=chosen.platform)
+
+
+#: The gather of the ``"linear"`` lowering: one element of the flattened data per index.
+_LINEAR = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
+                                     start_index_map=(0,))
+
+
+def _linear(chosen: _lower.Choices, shape: Shape) -> bool:
+    """Whether an element gather from ``shape`` takes the ``"linear"`` lowering: the
+    platform's choice, where every position of the flattened data fits an int32 (the
+    narrowest index a linear position may need)."""
+    return (chosen.element_gather == "linear"
+            and 0 < math.prod(shape) < 2**31)
 
 
 __all__ = ["Plan", "XGatherError", "elements_plan", "nd_plan", "normalize_axis", "take_plan"]

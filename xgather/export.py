@@ -67,7 +67,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _check, _dtypes, _frontend, _gather, _grad, _jaxprivate, _modes
+from xgather import _apply, _check, _dtypes, _frontend, _gather, _grad, _jaxprivate, _lower, _modes
 from xgather._errors import XGatherError, fail
 
 #: The opsets the tests export at.
@@ -306,8 +306,11 @@ def _plain(plan, mode: str, fill_value, data, idx):
         pad = jnp.full(data.shape[:ax] + (1,) + data.shape[ax + 1:],
                        0 if fill_value is None else fill_value, data.dtype)
         data = jnp.concatenate([data, pad], axis=ax)
-        if np.dtype(idx.dtype) == np.uint64:  # onnxruntime's Where takes no uint64; the
-            idx = idx.astype(np.int64)  # valid ones fit int64, and the rest are replaced
+        if jnp.issubdtype(idx.dtype, jnp.unsignedinteger):
+            # onnxruntime's Where takes no uint64, and no uint32 before 1.31: the select
+            # runs on signed indices, where the valid ones fit (the rest are replaced).
+            wide = np.dtype(idx.dtype).itemsize == 8 or max(plan.bounds) >= 2**31
+            idx = idx.astype(np.int64 if wide else np.int32)
         first = np.zeros(idx.shape[-1:] if plan.index_vector else (), np.int64)
         first[(0,) if plan.index_vector else ()] = plan.bounds[0]
         sentinel = jnp.broadcast_to(jnp.asarray(first, idx.dtype), idx.shape)
@@ -355,6 +358,13 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
 # --- the jax2onnx plugin ------------------------------------------------------------------------
 
 _registered: dict[str, type] = {}
+
+
+def _export_lowering():
+    """The lowering an export traces with, wherever it runs: one platform's choices (the
+    element gathers as XLA batching dimensions), so that the graph is the same on a CPU,
+    a GPU or a TPU machine."""
+    return _lower.lowering(_lower.EXPORT_PLATFORM, element_gather="batching_dims")
 
 
 def register_jax2onnx() -> None:
@@ -492,10 +502,12 @@ def register_jax2onnx() -> None:
         @contextlib.contextmanager
         def plugin_binding(cls):
             # Entered once per export around the trace: no jitted function traced under
-            # the exporter's patches outlives it, nor is one traced before it used.
+            # the exporter's patches outlives it, nor is one traced before it used. The
+            # trace takes one platform's lowering choices wherever it runs, so that the
+            # graph is the same on every machine.
             clear_caches()
             try:
-                with super().plugin_binding():
+                with super().plugin_binding(), _export_lowering():
                     yield
             finally:
                 clear_caches()
