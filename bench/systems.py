@@ -81,6 +81,17 @@ def _xgather_fn(w, mode, **kw):
     return lambda d, i: jax.grad(lambda x: (f(x, i) ** 2).sum())(d)
 
 
+def linear_applies(w, data, idx) -> bool:
+    """Whether the workload's gather is one of single elements, which the ``"linear"``
+    element lowering (:func:`xgather.lowering`) would take."""
+    import xgather
+    if w.op == "grad":
+        return False
+    op, attrs, options = xgather_op(w)
+    with xgather.lowering(element_gather="linear"):
+        return xgather.explain(op, data, idx, *attrs, **options).lowering == "linear"
+
+
 def checks(w, mode) -> bool:
     """Whether xgather's op in ``mode`` (None: the spec's rule) checks its indices at run
     time, and so runs under ``xgather.checked``: ``"error"``, ONNX's default; OpenVINO's
@@ -88,13 +99,16 @@ def checks(w, mode) -> bool:
     return (mode or "error") == "error" and w.op != "openvino.gather7"
 
 
-def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), **kw) -> Runner:
+def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), element_gather=None,
+                   **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
     ``d``, ``i``: device arrays from :func:`jax_inputs`; ``extra``: a model step's
     weights, on the same device. ``grad_scatter``: the
     gradient's scatter-add form (:func:`xgather.grad_scatter`), set around every call
-    (it is part of the trace context, so of the jit cache's key).
+    (it is part of the trace context, so of the jit cache's key). ``element_gather``:
+    the element gathers' lowering (:func:`xgather.lowering`), set around the first call,
+    which traces the program that every later call runs.
     """
     import jax
 
@@ -102,6 +116,16 @@ def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), **kw) -> Run
     f = jax.jit(_xgather_fn(w, mode, **kw))
     if checks(w, mode):
         f = xgather.checked(f)
+    if element_gather is not None:
+        g, traced = f, []
+
+        def f(*args):
+            if traced:
+                return g(*args)
+            with xgather.lowering(element_gather=element_gather):
+                out = g(*args)
+            traced.append(True)
+            return out
     if grad_scatter is None:
         def run():
             return jax.block_until_ready(f(d, i, *extra))
@@ -339,7 +363,9 @@ def torch_step_fn(w, d, i, wt):
 GPU_PEERS = ("torch-cuda", "cupy")
 #: What ``--systems`` takes: ``xgather`` brings both of its modes, a peer each of its
 #: thread counts (and torch-cuda its embedding form).
-NAMES = ("xgather", "lax", "numpy", "onnxruntime", "openvino", "torch", *GPU_PEERS)
+#: promise with the element gathers' linear lowering, beside promise: on a GPU, or where named.
+LINEAR = "xgather[linear]"
+NAMES = ("xgather", LINEAR, "lax", "numpy", "onnxruntime", "openvino", "torch", *GPU_PEERS)
 
 
 def library(name: str) -> str:
@@ -464,17 +490,23 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
     def want_host(name):  # a peer on the host: on a GPU only where named
         return want(name) and not (on_gpu and (systems is None or name not in systems))
 
-    if want("xgather") or want("lax"):
+    named_linear = systems is not None and LINEAR in systems
+    if want("xgather") or want("lax") or named_linear:
         import jax
         d, i = jax_inputs(data, idx, device)
         # a model step's weights, beside the data on the device
         extra = () if w.step is None else (
             jax.device_put(steps.weights(w, data, idx), device),)
-    if want("xgather"):
+    if want("xgather") or named_linear:
         out["xgather"] = xgather_runner(w, d, i, extra=extra)
         # indices known valid: in [0, s-1], as the hand-written lax.gather assumes
         out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
                                                  negative_indices=False)
+        if (on_gpu or named_linear) and linear_applies(w, data, idx):
+            # The element gathers' second lowering, one linear index into the flattened
+            # data (off by default until a GPU measurement shows it paying).
+            out[LINEAR] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
+                                         element_gather="linear", negative_indices=False)
         if w.op == "grad" and (on_gpu or not w.cpu_default):
             # The gradient with its indices sorted first: which form a GPU's jaxlib
             # runs faster (atomics under contention) is read off this pair.

@@ -264,8 +264,9 @@ def test_every_system_computes_the_same_result(key):
     import jax
     w = WORKLOADS[key]
     data, idx = w.arrays("tiny")
-    named = {"xgather", "lax", "numpy", "onnxruntime", "openvino", "torch"}
+    named = {"xgather", systems.LINEAR, "lax", "numpy", "onnxruntime", "openvino", "torch"}
     fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), named)
+    assert (systems.LINEAR in fns) == (key.startswith(("W4", "W10")))
     want = _as_f32(fns.pop("numpy")())
     tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
     for name, fn in fns.items():
@@ -661,6 +662,27 @@ def test_the_sorted_gradient_runs_beside_promise_on_the_gradient_variants_and_on
     # On a GPU every gradient workload has it.
     assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), _fake_gpu(),
                                                       none, {"xgather"})
+
+
+def test_the_linear_element_lowering_runs_on_a_gpu_and_where_named(monkeypatch):
+    import types
+    none = {"onnxruntime": False, "openvino": False, "torch": False}
+    monkeypatch.setattr(systems, "jax_inputs", lambda d, i, device: (d, i))
+    cpu = types.SimpleNamespace(platform="cpu")
+    for key in GATHERS:  # fake devices: no model step, whose weights go to the device
+        w = WORKLOADS[key]
+        elements = key.startswith(("W4", "W10"))
+        arrays = w.arrays("tiny")
+        assert (systems.LINEAR in systems.build(w, *arrays, _fake_gpu(), none, None)) == \
+            elements, key
+        assert systems.LINEAR not in systems.build(w, *arrays, cpu, none, None)
+        assert (systems.LINEAR in systems.build(w, *arrays, cpu, none, {systems.LINEAR})) == \
+            elements, key
+    import jax
+    for key in STEPS:
+        w = WORKLOADS[key]
+        built = systems.build(w, *w.arrays("tiny"), jax.devices()[0], none, {systems.LINEAR})
+        assert (systems.LINEAR in built) == (key == "M3"), key
 
 
 def _fake_gpu():
