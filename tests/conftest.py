@@ -1,6 +1,4 @@
 import os
-import re
-import warnings
 
 import jax
 import numpy as np
@@ -14,19 +12,6 @@ settings.register_profile(
     "ci", derandomize=True, deadline=None, max_examples=40,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
-    """Warnings that other installed pytest plugins raise while pytest configures itself
-    are shown, not raised: the suite's ``filterwarnings = error`` is for the code under
-    test. (pytest-benchmark, for one, warns at start-up under pytest-xdist.)"""
-    ours = {"xgather", "xgather_bench", "tests"}
-    foreign = {getattr(plugin, "__name__", "").split(".")[0]
-               for plugin, _ in config.pluginmanager.list_plugin_distinfo()} - ours - {""}
-    if foreign:
-        pattern = "|".join(sorted(map(re.escape, foreign)))
-        warnings.filterwarnings("default", module=rf"({pattern})(\.|$)")
 
 
 @pytest.fixture

@@ -104,7 +104,7 @@ def rerun_with_x64(test_file: str, select: str) -> None:
     ``JAX_ENABLE_X64=1`` (the flag must be set before JAX starts); assert they pass."""
     env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", test_file, "-k", select],
+                           "-o", "addopts=-p tests.plugin_guard", test_file, "-k", select],
                           capture_output=True, text=True, env=env, timeout=600,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

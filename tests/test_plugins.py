@@ -1,6 +1,6 @@
-"""Other installed pytest plugins break nothing: a plugin that warns while pytest
-configures itself neither stops the suite nor the tests that start pytest again in a
-fresh Python (the x64 reruns)."""
+"""Other installed pytest plugins break nothing (tests/plugin_guard.py): a plugin that warns
+while pytest loads, adds its options or configures it neither stops the suite nor the
+tests that start pytest again in a fresh Python (the x64 reruns)."""
 
 import os
 import subprocess
@@ -18,9 +18,8 @@ def _pytest_with(plugin_dir: Path) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(plugin_dir), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": ""}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p",
-                           "no:cacheprovider", "-o", "addopts=--import-mode=importlib",
-                           *SELECTION], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=ROOT)
+                           "no:cacheprovider", *SELECTION], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=ROOT)
 
 
 def _assert_passed(proc: subprocess.CompletedProcess, warning: str) -> None:
@@ -36,6 +35,8 @@ def test_a_plugin_that_warns_at_configure_is_shown_not_raised(tmp_path):
     # A stand-in plugin, found through its entry point as pip installs one.
     (tmp_path / "warning_plugin.py").write_text(
         "import warnings\n\n"
+        "def pytest_addoption(parser):\n"
+        "    warnings.warn('warning_plugin: an option added', DeprecationWarning)\n\n"
         "def pytest_configure(config):\n"
         "    warnings.warn('warning_plugin: configured with a warning', UserWarning)\n")
     info = tmp_path / "warning_plugin-1.0.dist-info"

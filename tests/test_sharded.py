@@ -25,7 +25,8 @@ def test_on_eight_devices():
            "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
                          " --xla_force_host_platform_device_count=8").strip()}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-o", "addopts=-p tests.plugin_guard",
          "-W", "error", "-W", "ignore:os.fork:RuntimeWarning",
          str(ROOT / "tests" / "multidevice")], capture_output=True, text=True, env=env,
         timeout=900, cwd=ROOT)

@@ -4,7 +4,7 @@ from xgather import bnns, labview, onnx, openvino, sharded
 from xgather._alloc import keep_large_allocations
 from xgather._check import MAX_PENDING, checked, raise_if_error, sync_checks
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
-from xgather._frontend import explain
+from xgather._frontend import clear_caches, explain
 from xgather._grad import grad_scatter
 from xgather._lower import lowering
 from xgather._modes import MODES, default_mode, set_default_mode
@@ -31,6 +31,7 @@ __all__ = [
     "XGatherError",
     "XGatherTypeError",
     "checked",
+    "clear_caches",
     "default_mode",
     "explain",
     "export",

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from xgather import _check, _dtypes, _grad, _modes
+from xgather import _check, _dtypes, _grad, _modes, _patches
 from xgather._errors import XGatherTypeError, fail
 from xgather._gather import NO_HINTS, Hints
 from xgather._plan import Plan
@@ -79,17 +79,36 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
     return (bad, out) if flag else out
 
 
-@functools.lru_cache(maxsize=2048)
+# -- the cached jitted functions, and traces made under another library's patches --------------
+
 def compiled(plan: Plan, mode: str, fill_value, hints: Hints, grad=None):
-    """One jitted function per (plan, mode, fill, hints, grad): same shapes never retrace."""
+    """One jitted function per (plan, mode, fill, hints, grad): same shapes never retrace.
+
+    Under another library's patches (an exporter's), a fresh one, kept nowhere: its
+    trace would otherwise be reused by later calls outside the export.
+    """
+    if _patches.foreign():
+        return _compiled.__wrapped__(plan, mode, fill_value, hints, grad)
+    return _compiled(plan, mode, fill_value, hints, grad)
+
+
+@functools.lru_cache(maxsize=2048)
+def _compiled(plan: Plan, mode: str, fill_value, hints: Hints, grad=None):
     def body(data, indices):
         with jax.named_scope(plan.op):
             return gather_core(plan, mode, fill_value, data, indices, hints, grad)
     return jax.jit(body)
 
 
-@functools.lru_cache(maxsize=2048)
 def flagged(plan: Plan, fill_value, hints: Hints, grad=None):
+    """:func:`_flagged`, fresh under another library's patches (see :func:`compiled`)."""
+    if _patches.foreign():
+        return _flagged.__wrapped__(plan, fill_value, hints, grad)
+    return _flagged(plan, fill_value, hints, grad)
+
+
+@functools.lru_cache(maxsize=2048)
+def _flagged(plan: Plan, fill_value, hints: Hints, grad=None):
     """``"error"`` on concrete device indices: one jitted function returning ``(bad, out)``.
 
     ``bad`` is true if some index lies outside the spec's range; ``out`` is the

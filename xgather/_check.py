@@ -45,7 +45,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _jaxprivate, _lower
+from xgather import _jaxprivate, _lower, _patches
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 from xgather._modes import TraceState, valid, widen
 
@@ -371,6 +371,13 @@ def traced(op: str) -> None:
     ``checkify`` that keeps user checks (:func:`checked` is one) will functionalise it,
     and warns where JAX will drop it (a loop body inside a reverse-mode derivative)."""
     errors = _jaxprivate.checkify_errors()
+    if errors is None and _patches.foreign():  # an exporter tracing, without xgather's plugin
+        fail(op, 'mode="error" is traced under another library\'s patches of JAX, as an '
+             "exporter traces: to export xgather's ops to ONNX with jax2onnx, call "
+             "xgather.export.register_jax2onnx() before jax2onnx.to_onnx (or use "
+             "xgather.export.to_onnx), which exports the check as onnxruntime's own; "
+             "elsewhere, wrap the function in xgather.checked(f) or choose mode=\"clip\", "
+             "\"fill\" or \"promise_in_bounds\"")
     if errors is None:  # no checkify is tracing
         fail(op, 'mode="error" checks indices at run time, which needs the traced function '
              "to be wrapped: use xgather.checked(f) as the outermost wrapper (or "

@@ -47,6 +47,69 @@ ONNX_DATA = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint
 ONNX_DATA_13 = ONNX_DATA | {"bfloat16"}
 
 
+def foreign_input(op: str, name: str, x):
+    """``x`` as an input the ops read exactly, or a clear error.
+
+    * NumPy arrays in another byte order (``>f4`` on a little-endian machine) are
+      converted to the native order: the same values.
+    * NumPy masked arrays are refused: a mask means nothing to these specs, and
+      dropping it would gather the masked raw values.
+    * Other array objects, such as torch tensors, are read through ``__dlpack__``
+      (on a CPU, as a NumPy array without a copy, so that 64-bit values stay exact with
+      x64 off) or ``__array__``; a GPU tensor becomes a JAX array on its device.
+    NumPy and JAX arrays in native order, tracers, scalars and lists pass unchanged
+    (:func:`shape_of` checks lists).
+    """
+    kind = type(x)
+    if kind is np.ndarray:
+        return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+    if isinstance(x, jax.Array | jax.core.Tracer | int | float | complex | np.generic):
+        return x
+    if isinstance(x, np.ma.MaskedArray):
+        fail(op, f"{name} is a NumPy masked array: a mask means nothing to this spec, and "
+             f"the masked values would be read; pass {name}.filled(value) or "
+             f"{name}.data", f"a masked array of shape {x.shape}", kind=XGatherTypeError)
+    if isinstance(x, np.ndarray):  # another ndarray subclass (np.matrix, a memmap)
+        return foreign_input(op, name, np.asarray(x))
+    if hasattr(x, "__dlpack__") or hasattr(x, "__array__"):
+        return _from_array_object(op, name, x)
+    return x  # not an array: the frontend's check names it
+
+
+def _from_array_object(op: str, name: str, x):
+    """A torch tensor (or another object with ``__dlpack__`` or ``__array__``) as a NumPy
+    array where NumPy can hold it on the host (exact at any width), else as a JAX array
+    (bfloat16; data on an accelerator, which stays there)."""
+    what = f"{type(x).__module__}.{type(x).__qualname__}"
+    detach = getattr(x, "detach", None)
+    if getattr(x, "requires_grad", False) and callable(detach):
+        x = detach()  # the values only: xgather's gradient is JAX's
+    device = getattr(x, "__dlpack_device__", None)
+    on_cpu = not callable(device) or int(device()[0]) == 1  # DLPack's kDLCPU
+    errors = (TypeError, BufferError, RuntimeError, ValueError)
+    if on_cpu:
+        try:
+            return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+        except errors:
+            pass  # a dtype NumPy does not hold (bfloat16): through JAX below
+    try:
+        out = jax.dlpack.from_dlpack(x) if hasattr(x, "__dlpack__") else jnp.asarray(x)
+    except errors as err:
+        fail(op, f"{name}: a {what} could not be read as an array (through __dlpack__ or "
+             "__array__)", f"{type(err).__name__}: {_short(str(err))}", kind=XGatherTypeError)
+    width = getattr(getattr(x, "dtype", None), "itemsize", None)
+    if isinstance(width, int) and width > np.dtype(out.dtype).itemsize:
+        # JAX's DLPack import narrows 64-bit values while x64 is off
+        fail(op, f"{name}: a 64-bit {what} off the CPU cannot be read exactly while "
+             "jax_enable_x64 is off (enable it, or move the tensor to the CPU)",
+             str(x.dtype), kind=XGatherTypeError)
+    return out
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def x64() -> bool:
     return bool(jax.config.read("jax_enable_x64"))
 
@@ -63,6 +126,9 @@ def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
             shape = np.shape(x)
         except ValueError as e:  # a ragged nested list
             raise XGatherError(f"{op}: {name} must be a rectangular nested list ({e})") from None
+        if isinstance(x, list | tuple) and np.asarray(x).dtype == object:  # None inside
+            fail(op, f"{name} as a list must hold numbers (or strings) only", _short(repr(x)),
+                 kind=XGatherTypeError)
     if not all(isinstance(n, int | np.integer) for n in shape):
         # jax.export's symbolic dims ("B"): a plan's gather is built from known sizes
         raise XGatherError(f"{op}: every dim of {name} must be known when tracing (a plan is "

@@ -23,7 +23,18 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from xgather import _apply, _check, _dtypes, _gather, _grad, _jaxprivate, _lower, _modes, _plan
+from xgather import (
+    _apply,
+    _check,
+    _dtypes,
+    _gather,
+    _grad,
+    _jaxprivate,
+    _lower,
+    _modes,
+    _patches,
+    _plan,
+)
 from xgather._errors import XGatherTypeError, fail
 from xgather._plan import Plan
 
@@ -77,10 +88,37 @@ def signature(op, args: tuple, kwargs: dict):
             _modes.current_default(), _dtypes.x64(), _lower.override())
 
 
+def _plain(x) -> bool:
+    """A JAX array, or a NumPy array in native byte order: an input taken as it is."""
+    kind = type(x)
+    return kind is _JAX_ARRAY or (kind is np.ndarray and x.dtype.isnative)
+
+
+def _inputs(where: str, args: tuple, kwargs: dict):
+    """``args`` and ``kwargs`` with ``data`` and ``indices`` made inputs the ops read
+    exactly (:func:`xgather._dtypes.foreign_input`): torch tensors, other byte orders,
+    and clear errors for masked arrays and lists of objects."""
+    args = tuple(_dtypes.foreign_input(where, name, x) if not _plain(x) else x
+                 for name, x in zip(("data", "indices"), args[:2], strict=False)) + args[2:]
+    for name in ("data", "input", "indices"):
+        if name in kwargs and not _plain(kwargs[name]):
+            kwargs = {**kwargs, name: _dtypes.foreign_input(where, name, kwargs[name])}
+    return args, kwargs
+
+
+def _name(op) -> str:
+    """``xgather.onnx.gather``: an op as users call it."""
+    return f"{op.__module__.removesuffix('._ops')}.{op.__name__}"
+
+
 def cached(op):
     """``op`` with its eager calls cached per signature (see the module docstring)."""
+    where = _name(op)
+
     @functools.wraps(op)
     def wrapper(*args, **kwargs):
+        if len(args) < 2 or not (_plain(args[0]) and _plain(args[1])) or kwargs:
+            args, kwargs = _inputs(where, args, kwargs)
         key = signature(wrapper, args, kwargs)
         if key is None:
             return op(*args, **kwargs)
@@ -240,7 +278,7 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
             fail(plan.op, f"{name} must be a bool", repr(flag), sh)
     check_out_sharding(plan, out_sharding, data, sh)
     key = getattr(_pending, "key", None)
-    if key is not None and not _dtypes.needs_host(data):
+    if key is not None and not _dtypes.needs_host(data) and not _patches.foreign():
         _pending.key = None  # the signature is settled here, for this call alone
         _dtypes.check_data(plan.op, data, sh)
         hints = _gather.Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
@@ -261,12 +299,22 @@ def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error"
 
 
 def clear_caches() -> None:
-    """Forget every plan, jitted function and eager call path xgather has cached.
+    """Forget every plan, jitted function and eager call path xgather has cached, and the
+    compiled programs they hold.
 
-    Needed after tracing under patched JAX functions (an exporter's), so that
-    later calls trace afresh.
+    An eager call keeps, per signature (op, shapes, dtypes, attributes), the jitted
+    function it ran and so its compiled program: on XLA:CPU about 1.5 MiB for a small
+    gather, more for large ones. The signatures are capped at 2048 (the cache then starts
+    afresh), as are the jitted functions per plan, so a process that calls the ops on
+    thousands of distinct shapes can hold a few GiB of programs (2,000 shapes: about
+    3 GiB). This frees them; later calls compile again. Programs that JAX's own caches
+    hold for your jitted functions are JAX's (``jax.clear_caches()``).
+
+    >>> import numpy as np, xgather
+    >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
+    >>> xgather.clear_caches()
     """
-    for cache in (_apply.compiled, _apply.flagged, _plan._take_plan, _plan._nd_plan,
+    for cache in (_apply._compiled, _apply._flagged, _plan._take_plan, _plan._nd_plan,
                   _plan._elements_plan):
         cache.cache_clear()
     RUNNERS.clear()
@@ -310,5 +358,6 @@ def explain(op, *args, **kwargs) -> Plan:
     if kwargs.get("mode") is not None:
         _modes.choice(f"xgather.explain({getattr(op, '__name__', op)})", "mode", kwargs["mode"],
                       _modes.MODES)
+    args, kwargs = _inputs(f"xgather.explain({_name(op)})", args, kwargs)
     plan = planner(*args, **kwargs)
     return dataclasses.replace(plan, notes=(_check.flag_text(plan), _grad.scatter_text(plan)))

@@ -1,0 +1,42 @@
+"""Whether another library has patched the JAX functions xgather traces with.
+
+An exporter replaces JAX's functions while it traces (jax2onnx's ``to_onnx`` swaps
+``jax.numpy.where`` and others for its own), and a trace made then holds primitives that
+nothing else can lower: it must not be cached, and an ``"error"`` op traced there should
+say how to export it. Only the functions xgather calls are watched: a patch another
+library leaves behind elsewhere (jax2onnx 0.17.1 leaves ``jax.numpy.cumsum`` replaced
+after an export) changes none of xgather's traces.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+#: The functions of ``jax``, ``jax.numpy`` and ``jax.lax`` that xgather's code calls
+#: (a test keeps this list complete).
+WATCHED = {
+    jax: ("clear_caches", "custom_jvp", "default_backend", "device_put", "devices",
+          "eval_shape", "grad", "jit", "jvp", "named_scope", "shard_map", "typeof", "vmap"),
+    jnp: ("all", "any", "arange", "argsort", "array", "asarray", "broadcast_to", "clip",
+          "concatenate", "full", "imag", "issubdtype", "logical_and", "logical_not", "logical_or", "max",
+          "maximum", "minimum", "moveaxis", "ones", "pad", "ravel", "real", "stack", "where",
+          "zeros", "zeros_like"),
+    lax: ("add", "all_gather", "axis_index", "bitcast_convert_type", "broadcasted_iota",
+          "clamp", "complex", "cond", "dynamic_index_in_dim", "full_like", "gather", "iota",
+          "platform_dependent", "psum", "psum_scatter", "reduce", "scan", "select", "slice",
+          "with_sharding_constraint"),
+}
+
+# The module dicts (no deprecated name is touched) and the functions as xgather found them.
+_ORIGINALS = tuple((vars(module), names, tuple(vars(module).get(n) for n in names))
+                   for module, names in WATCHED.items())
+
+
+def foreign() -> bool:
+    """Whether a function xgather traces with differs from the one it found at import."""
+    return any(any(map(operator.is_not, map(now.get, names), then))
+               for now, names, then in _ORIGINALS)
