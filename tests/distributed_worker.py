@@ -87,6 +87,8 @@ def main(inputs: str, output: str, process_id: int, port: int, kind: str) -> Non
                                     "bad", sharded),
         "eager, clip mode, device indices sharded, batch=x":
             (gather("x", mode="clip"), "bad", sharded),
+        "eager, device indices sharded, batch=x": (gather("x"), "good", sharded),
+        "bad: eager, device indices sharded, batch=x": (gather("x"), "bad", sharded),
         "bad: eager numpy, batch=x": (gather("x"), "bad", np.asarray),
         "bad: checked, device indices sharded, batch=x":
             (xgather.checked(jax.jit(gather("x")), sync=True), "bad", sharded),

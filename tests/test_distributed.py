@@ -137,6 +137,7 @@ def test_two_processes_gather_exactly_and_both_raise_on_a_bad_index(tmp_path, ki
         c = s["cases"]
         for name, which in [("eager numpy, replicated", "good"),
                             ("eager numpy, batch=x", "good"),
+                            ("eager, device indices sharded, batch=x", "good"),
                             ("checked, device indices sharded, batch=x", "good"),
                             ("checked, device indices replicated", "good"),
                             ("jit, fill mode, batch=x", "filled"),
@@ -156,6 +157,7 @@ def test_two_processes_gather_exactly_and_both_raise_on_a_bad_index(tmp_path, ki
                 if name.endswith("batch=x"):
                     rows[k].add((ix[0].start, ix[0].stop))
         for name in ["bad: eager numpy, batch=x",
+                     "bad: eager, device indices sharded, batch=x",
                      "bad: checked, device indices sharded, batch=x",
                      "bad: checked (raise_if_error), device indices replicated"]:
             got = c[name]

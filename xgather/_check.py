@@ -80,6 +80,8 @@ def reduce_any(bad, pad: bool = True, *, platform: str):
     """
     flat = bad.ravel()
     n = flat.size
+    if not isinstance(n, int):  # a symbolic size (jax.export): the plain form
+        return jnp.any(flat)
     if n == 0:
         return jnp.zeros((), bool)
     if _lower.choices(platform).flag != "float max":
@@ -116,7 +118,7 @@ def any_bad(plan, indices):
 def flag_text(plan) -> str:
     """What ``explain`` says of the flag that the ``"error"`` mode's check reduces."""
     n = math.prod(plan.indices_shape)
-    if n == 0:
+    if isinstance(n, int) and n == 0:
         return 'bound check (mode="error"): no index to check'
     return ('bound check (mode="error"): under a transformation, one reduction over the '
             f"{n} index values counts the bad ones and finds the first; on device indices "
@@ -125,7 +127,7 @@ def flag_text(plan) -> str:
 
 def _flag_form(plan, n: int) -> str:
     """The form of :func:`any_bad` over ``n`` index values."""
-    if _lower.choices(plan.platform).flag != "float max":
+    if _lower.choices(plan.platform).flag != "float max" or not isinstance(n, int):
         return f"jnp.any over the {n} index values"
     m, read, size = _cpu_flag_steps(n, pad=not plan.small)
     blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
@@ -243,12 +245,25 @@ def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
 
 def host_check(plan, indices) -> None:
     """The check on concrete indices, raising :class:`OutOfBoundsError` at once. The
-    indices' minimum and maximum decide; only a bad index costs the report."""
+    indices' minimum and maximum decide; only a bad index costs the report. Indices that
+    other processes hold part of (``jax.distributed``) are checked on the devices, every
+    process raising the same error."""
+    if isinstance(indices, jax.Array) and not indices.is_fully_addressable:
+        _device_checker(plan)(indices)
+        return
     indices = np.asarray(indices)
     if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
         return
     indices = widen(plan, indices)  # room for sizes and counts
     raise OutOfBoundsError(report_format(plan, indices.ndim).format(report_args(plan, indices)))
+
+
+@functools.lru_cache(maxsize=256)
+def _device_checker(plan):
+    """The traced check alone, read at once: for indices this process cannot read whole."""
+    def check(indices):
+        emit(plan, indices)
+    return checked(jax.jit(check), sync=True)
 
 
 def host_checker(plan):
