@@ -644,12 +644,15 @@ def test_clip_into_an_empty_axis_fails_at_export_as_eagerly():
             call()
 
 
-def test_symbolic_dims_are_a_clear_error():
+def test_jax2onnx_string_dims_export_a_free_batch():
+    # jax2onnx's own spelling of a symbolic dim (tests/test_symbolic.py runs such models)
     inputs = [jax.ShapeDtypeStruct((5, 3), np.float32), jax.ShapeDtypeStruct(("B",), IDX)]
-    with pytest.raises(xgather.XGatherError,
-                       match=r"^onnx\.Gather-13: every dim of indices must be known when tracing "
-                             r".*got indices\.shape=\(B,\)"):
-        xgather.export.to_onnx(P(xgather.onnx.gather, mode="clip"), inputs, opset=21)
+    model = xgather.export.to_onnx(P(xgather.onnx.gather, mode="clip"), inputs, opset=21)
+    assert model.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "B"
+    table = np.arange(15, dtype=np.float32).reshape(5, 3)
+    for idx in (np.array([4, -9, 0], IDX), np.array([1, 7], IDX)):
+        np.testing.assert_array_equal(_ort(model, (table, idx)),
+                                      reference.gather(table, idx, 0, oob="clip"))
     assert xgather.export.to_onnx(P(xgather.onnx.gather, mode="clip"),
                                   [np.ones((5, 3), np.float32), np.zeros(2, IDX)],
                                   opset=np.int64(21)).opset_import[0].version == 21

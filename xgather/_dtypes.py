@@ -129,12 +129,17 @@ def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
         if isinstance(x, list | tuple) and np.asarray(x).dtype == object:  # None inside
             fail(op, f"{name} as a list must hold numbers (or strings) only", _short(repr(x)),
                  kind=XGatherTypeError)
-    if not all(isinstance(n, int | np.integer) for n in shape):
-        # jax.export's symbolic dims ("B"): a plan's gather is built from known sizes
-        raise XGatherError(f"{op}: every dim of {name} must be known when tracing (a plan is "
-                           f"made for static shapes, not symbolic ones); got {name}.shape="
-                           f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})")
-    return tuple(int(n) for n in shape)
+    # jax.export's symbolic dims ("B") stay as they are: the plan says where a number is
+    # needed (the sizes of the axes the indices address, the length of index tuples)
+    return tuple(int(n) if isinstance(n, int | np.integer) else _symbolic(op, name, shape, n)
+                 for n in shape)
+
+
+def _symbolic(op: str, name: str, shape, n):
+    if not jax.export.is_symbolic_dim(n):
+        fail(op, f"every dim of {name} must be an int or a symbolic dimension (jax.export)",
+             f"{name}.shape=({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})")
+    return n
 
 
 def as_int(value) -> int | None:

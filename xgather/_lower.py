@@ -180,15 +180,23 @@ ROWS = 4
 ROW_SLICE = 8
 
 
+def _sizes_known(*shapes) -> bool:
+    return all(isinstance(n, int) for shape in shapes for n in shape)
+
+
 def small(plan) -> bool:
     """Whether ``plan``'s gather writes fewer than ``SEPARATE_WRAP`` values: a program of
-    microseconds, where work beside the gather costs more per call than to compile."""
-    return math.prod(plan.out_shape) < SEPARATE_WRAP
+    microseconds, where work beside the gather costs more per call than to compile.
+    A symbolic size (``jax.export``'s ``"B"``) counts as large."""
+    return _sizes_known(plan.out_shape) and math.prod(plan.out_shape) < SEPARATE_WRAP
 
 
 def wrap_pass(plan) -> str:
     """Where ``plan``'s negative indices are wrapped: ``"fused"``, ``"separate"`` or
-    ``"gather"`` (see :attr:`xgather._plan.Plan.wrap_pass`)."""
+    ``"gather"`` (see :attr:`xgather._plan.Plan.wrap_pass`). With a symbolic size, inside
+    the gather: the branch's choice needs numbers, and the fused wrap is exact at any."""
+    if not _sizes_known(plan.out_shape, plan.indices_shape):
+        return "fused"
     n, out = plan.index_count, math.prod(plan.out_shape)
     if not n or small(plan) or math.prod(plan.slice_sizes) >= ROW_SLICE:
         return "fused"

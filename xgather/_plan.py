@@ -170,6 +170,25 @@ def _batch(op: str) -> str:
     return _BATCH_NAMES.get(op, "batch_dims")
 
 
+def known(n) -> bool:
+    """Whether a dim is a number, not a symbolic one (``jax.export``'s ``"B"``)."""
+    return isinstance(n, int)
+
+
+def _known_sizes(op: str, shape: Shape, axes, what: str, shapes) -> None:
+    """The axes of ``shape`` that the indices address (or whose count is an attribute)
+    must have known sizes: the bounds an index is checked against are numbers."""
+    for a in axes:
+        if not known(shape[a]):
+            fail(op, f"{what}.shape[{a}] must be a known size, not a symbolic dimension "
+                 f"({why_known(what)})", f"{what}.shape[{a}]={shape[a]}", shapes)
+
+
+def why_known(what: str) -> str:
+    return ("the indices address this axis, and are checked, wrapped or clamped against "
+            "its size" if what == "data" else "it holds the length of the index tuples")
+
+
 def _check_batch_shapes(op: str, data_shape: Shape, indices_shape: Shape, b: int, shapes) -> None:
     # Exact equality, dimension by dimension: equal products are not enough.
     if data_shape[:b] != indices_shape[:b]:
@@ -205,6 +224,7 @@ def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batc
         fail(op, f"{_batch(op)} ({b}) must be <= axis ({axis}) after normalisation", None,
              shapes)
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
+    _known_sizes(op, data_shape, (axis,), "data", shapes)
     d, q, a = data_shape[b:], indices_shape[b:], axis - b
     out = data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1:]
     if a > 0 and chosen.row_batching:
@@ -256,10 +276,12 @@ def _nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int, 
         fail(op, f"{_batch(op)} must be < min(data.ndim, indices.ndim) = {min(q, r)}",
              f"{_batch(op)}={b}", shapes)
     _check_batch_shapes(op, data_shape, indices_shape, b, shapes)
+    _known_sizes(op, indices_shape, (q - 1,), "indices", shapes)
     k = indices_shape[-1]
     if not 1 <= k <= r - b:
         fail(op, f"indices.shape[-1] must be in [1, data.ndim - {_batch(op)} = {r - b}]",
              f"indices.shape[-1]={k}", shapes)
+    _known_sizes(op, data_shape, range(b, b + k), "data", shapes)
     d, qq = data_shape[b:], indices_shape[b:-1]
     dn = lax.GatherDimensionNumbers(
         offset_dims=tuple(range(len(qq), len(qq) + len(d) - k)),
@@ -301,10 +323,14 @@ def _elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, 
              f"rank {len(indices_shape)}", shapes)
     if not 0 <= axis < r:
         fail(op, f"axis must be in [0, {r - 1}]", f"axis={axis}", shapes)
+    _known_sizes(op, data_shape, (axis,), "data", shapes)
     for i, (n, m) in enumerate(zip(indices_shape, data_shape, strict=True)):
-        if i == axis:
+        if i == axis or n == m:
             continue
-        if n > m or (n != m and not smaller_ok):
+        if not (known(n) and known(m)):
+            fail(op, f"indices.shape[{i}] and data.shape[{i}] off the gather axis must be the "
+                 "same dimension where either is symbolic", f"{n} vs {m}", shapes)
+        if n > m or not smaller_ok:
             rel = "<=" if smaller_ok else "=="
             fail(op, f"indices.shape[{i}] must be {rel} data.shape[{i}] off the gather axis",
                  f"{n} vs {m}", shapes)
@@ -332,7 +358,7 @@ def _linear(chosen: _lower.Choices, shape: Shape) -> bool:
     """Whether an element gather from ``shape`` takes the ``"linear"`` lowering: the
     platform's choice, where every position of the flattened data fits an int32 (the
     narrowest index a linear position may need)."""
-    return (chosen.element_gather == "linear"
+    return (chosen.element_gather == "linear" and all(map(known, shape))
             and 0 < math.prod(shape) < 2**31)
 
 

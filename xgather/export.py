@@ -303,8 +303,9 @@ def _plain(plan, mode: str, fill_value, data, idx):
         # first indexed axis: position s there (the other components 0).
         ax = plan.index_axes[0]
         data = jnp.asarray(data)
-        pad = jnp.full(data.shape[:ax] + (1,) + data.shape[ax + 1:],
-                       0 if fill_value is None else fill_value, data.dtype)
+        # shaped after one slice of data, so that a symbolic dim (a batch) stays symbolic
+        pad = lax.full_like(lax.slice_in_dim(data, 0, 1, axis=ax),
+                            0 if fill_value is None else fill_value)
         data = jnp.concatenate([data, pad], axis=ax)
         if jnp.issubdtype(idx.dtype, jnp.unsignedinteger):
             # onnxruntime's Where takes no uint64, and no uint32 before 1.31: the select
@@ -391,7 +392,8 @@ def register_jax2onnx() -> None:
 
     def typed(value, dtype, shape):
         value.type = ir.TensorType(dtype)
-        value.shape = ir.Shape(shape)
+        # a symbolic dim (jax.export's "B", or "2*B") becomes the graph's dim_param
+        value.shape = ir.Shape([n if isinstance(n, int) else str(n) for n in shape])
         return value
 
     def named(value, ctx, plan):
@@ -436,7 +438,13 @@ def register_jax2onnx() -> None:
             out = named(typed(out, dtype, plan.gather_shape if folded else out_var.aval.shape),
                         ctx, plan)
             if folded:  # OpenVINO GatherND-5: the batch dimensions folded into one
-                shape = const(ctx, out_var.aval.shape, np.int64)
+                target = tuple(out_var.aval.shape)
+                if not all(isinstance(n, int) for n in target[1:]):
+                    fail(plan.op, "exports with a symbolic dimension only among the folded "
+                         "batch dimensions (the Reshape after GatherND needs the others as "
+                         "numbers)", f"a result of shape {target}")
+                # the folded dim as -1: a symbolic batch stays free
+                shape = const(ctx, (-1,) + target[1:], np.int64)
                 out = typed(ctx.builder.Reshape(out, shape, _outputs=[ctx.fresh_name("Reshape")]),
                             dtype, out_var.aval.shape)
             ctx.bind_value_for_var(out_var, out)
