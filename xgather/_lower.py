@@ -38,6 +38,8 @@ import threading
 
 import jax
 
+from xgather._errors import fail
+
 #: The platforms whose choices are written down; any other takes ``"tpu"``'s (the plain
 #: forms, with no XLA:CPU workaround).
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -147,7 +149,6 @@ def lowering(platform: str | None = None, *, element_gather: str | None = None):
     ('gpu', 'vmap')
     """
     global _override
-    from xgather._errors import fail
     if platform is not None and _ALIASES.get(platform, platform) not in PLATFORMS:
         fail("xgather.lowering", f"platform must be one of {PLATFORMS}", repr(platform))
     if element_gather is not None and element_gather not in ELEMENT_GATHERS:

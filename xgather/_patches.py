@@ -28,7 +28,7 @@ WATCHED = {
     lax: ("add", "all_gather", "axis_index", "bitcast_convert_type", "broadcasted_iota",
           "clamp", "complex", "cond", "dynamic_index_in_dim", "full_like", "gather", "iota",
           "platform_dependent", "psum", "psum_scatter", "reduce", "scan", "select", "slice",
-          "with_sharding_constraint"),
+          "slice_in_dim", "with_sharding_constraint"),
 }
 
 # The module dicts (no deprecated name is touched) and the functions as xgather found them.
