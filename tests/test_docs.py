@@ -40,6 +40,30 @@ def test_every_example_runs(source, k, code):
         exec(compile(code, f"{source}[{k}]", "exec"), {})
 
 
+def _printed(code: str) -> list[str]:
+    """What a block says it prints: the comment lines right after each ``print(`` line."""
+    said, after_print = [], False
+    for line in code.splitlines():
+        if line.lstrip().startswith("# ") and after_print:
+            said.append(line.lstrip()[2:])
+            continue
+        after_print = "print(" in line
+    return said
+
+
+@pytest.mark.parametrize("page", ["start.md", "examples.md"])
+def test_the_guides_print_what_they_say(page, capsys):
+    """Getting started and the examples show each result under the line that prints it."""
+    for k, code in enumerate(re.findall(r"```python\n(.*?)```", PAGES[page], re.S)):
+        for needle, module in OPTIONAL.items():
+            if needle in code:
+                pytest.importorskip(module, reason=f"{page}'s example {k} needs {module}")
+        with jax.numpy_dtype_promotion("standard"):
+            exec(compile(code, f"{page}[{k}]", "exec"), {})
+        printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+        assert printed == _printed(code), (page, k)
+
+
 def test_the_examples_are_found():
     assert len(EXAMPLES) >= 7, [(s, k) for s, k, _ in EXAMPLES]
 
