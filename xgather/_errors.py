@@ -24,7 +24,8 @@ class OutOfBoundsError(XGatherError, IndexError):
 
 class UncheckedWarning(UserWarning):
     """A ``mode="error"`` check that JAX will drop: an out-of-range index there goes
-    unreported (a loop body under a derivative; see the README)."""
+    unreported (a ``lax.scan`` or loop body under a reverse-mode derivative, where JAX
+    drops checkify checks), or a failure still unread at exit (docs/checks.md)."""
 
 
 def describe(shapes: Mapping[str, tuple[int, ...]] | None) -> str:

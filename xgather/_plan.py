@@ -21,8 +21,6 @@ from xgather._errors import XGatherError, fail
 
 Shape = tuple[int, ...]
 
-#: How the batch dimensions of a plan are lowered (see ``Plan.lowering``).
-LOWERINGS = ("vmap", "batching_dims", "vmap+row_batching", "linear")
 
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
