@@ -72,6 +72,34 @@ def test_no_code_line_is_wider_than_the_code_box():
     assert not wide, wide
 
 
+def _api_names() -> set[str]:
+    """Every name the API page documents (a module, or a name in one's ``__all__``)."""
+    import importlib
+
+    import xgather
+    names = set()
+    for module in ("onnx", "openvino", "bnns", "labview", "sharded", "export"):
+        mod = importlib.import_module(f"xgather.{module}")
+        names |= {f"xgather.{module}"} | {f"xgather.{module}.{n}" for n in mod.__all__}
+    return names | {f"xgather.{n}" for n in xgather.__all__}
+
+
+@pytest.mark.parametrize("page", sorted(set(PAGES) - {"api.md", "changelog.md"}))
+def test_every_guide_links_the_api_names_it_mentions(page):
+    """A name of the API in backticks (`xgather.checked(f)`) is linked to its entry
+    (``[...][xgather.checked]``) at least once on the page."""
+    names = _api_names()
+    text = re.sub(r"```.*?```", "", PAGES[page], flags=re.S)
+    mentioned = set()
+    for span in re.findall(r"`(xgather\.[^`]+)`", text):
+        parts = re.match(r"xgather(?:\.\w+)+", span).group(0).split(".")
+        known = [".".join(parts[:k]) for k in range(len(parts), 1, -1)
+                 if ".".join(parts[:k]) in names]
+        mentioned |= set(known[:1])
+    linked = set(re.findall(r"\]\[(xgather[\w.]*)\]", text))
+    assert mentioned <= linked, sorted(mentioned - linked)
+
+
 def test_the_examples_are_found():
     assert len(EXAMPLES) >= 7, [(s, k) for s, k, _ in EXAMPLES]
 
