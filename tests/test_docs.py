@@ -100,6 +100,26 @@ def test_every_guide_links_the_api_names_it_mentions(page):
     assert mentioned <= linked, sorted(mentioned - linked)
 
 
+def test_docstring_examples_are_sections_the_api_page_renders_as_code():
+    """A docstring's ``>>>`` lines sit under an ``Examples:`` section (else the API page
+    shows them as a quote), and no Sphinx role is left (it shows as raw text there)."""
+    import ast
+    for path in sorted((ROOT / "xgather").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef):
+                continue
+            doc = ast.get_docstring(node, clean=True) or ""
+            assert not re.search(r":(func|class|mod|attr|data|meth|exc):`", doc), \
+                (path.name, getattr(node, "name", "module"))
+            lines = doc.splitlines()
+            for k, line in enumerate(lines):
+                if line.strip().startswith(">>>"):
+                    before = [x for x in lines[:k] if x.strip() and not x.startswith(" ")]
+                    assert before and before[-1].strip() == "Examples:", \
+                        (path.name, getattr(node, "name", "module"), line)
+
+
 def test_the_examples_are_found():
     assert len(EXAMPLES) >= 7, [(s, k) for s, k, _ in EXAMPLES]
 

@@ -9,8 +9,8 @@ gives each worker thread its own arena, whose heaps are at most 64 MiB: a
 block larger than that is mapped afresh there whatever the mmap settings, and
 faulting it in can take longer than the computation.
 
-:func:`keep_large_allocations` tells glibc, through ``mallopt``, to serve
-large blocks from the heap, keep freed memory for reuse, and create no arenas
+[`keep_large_allocations`][xgather.keep_large_allocations] tells glibc, through
+``mallopt``, to serve large blocks from the heap, keep freed memory for reuse, and create no arenas
 beyond the main one. The last part only reaches threads that have not yet
 allocated, so it must run before JAX's first computation (before its CPU
 client starts its thread pool). The trade-off: the process keeps the memory

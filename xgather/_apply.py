@@ -1,5 +1,5 @@
 """Plan + arrays -> result: indices prepared for the mode, the gather traced and jitted;
-the ``"error"`` mode's check itself is :mod:`xgather._check`."""
+the ``"error"`` mode's check itself is ``xgather._check``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def prepare(plan: Plan, mode: str, indices, flag: bool = False, use=None):
     Returns ``(bad, use(indices))``: negative indices wrapped where the spec says
     so, 64-bit indices narrowed on XLA:CPU; ``bad`` (None without ``flag``) is true
     where some index lies outside the spec's range. ``"error"`` emits the traced
-    check (:func:`xgather._check.emit`), whose flag ``bad`` then is.
+    check (``xgather._check.emit``), whose flag ``bad`` then is.
     """
     indices = _modes.widen(plan, indices)
     use = use or (lambda i: i)
@@ -69,8 +69,8 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
 
     ``grad`` is ``None`` (the derivative of ``lax.gather``, summed in float32 for
     16-bit floats) or a ``(training, coeff)`` pair that reshapes it (see
-    :mod:`xgather._grad`).
-    With ``flag``, returns ``(bad, out)`` (see :func:`prepare`).
+    ``xgather._grad``).
+    With ``flag``, returns ``(bad, out)`` (see ``prepare``).
     """
     def gather(idx):
         return _grad.gather(plan, mode, fill_value, hints, grad, data, idx)
@@ -101,7 +101,7 @@ def _compiled(plan: Plan, mode: str, fill_value, hints: Hints, grad=None):
 
 
 def flagged(plan: Plan, fill_value, hints: Hints, grad=None):
-    """:func:`_flagged`, fresh under another library's patches (see :func:`compiled`)."""
+    """``_flagged``, fresh under another library's patches (see ``compiled``)."""
     if _patches.foreign():
         return _flagged.__wrapped__(plan, fill_value, hints, grad)
     return _flagged(plan, fill_value, hints, grad)
@@ -127,10 +127,10 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
         indices_are_sorted: bool = False, unique_indices: bool = False, grad=None,
         out_sharding=None):
     """Run ``plan`` on ``data`` and ``indices`` in ``mode``; ``fill_value`` a Python scalar
-    (as :func:`xgather._dtypes.fill_scalar` gives it: it keys the jit cache) or None.
+    (as ``xgather._dtypes.fill_scalar`` gives it: it keys the jit cache) or None.
 
     With ``"error"``, concrete indices are checked at once (see
-    :func:`concrete_runner`); traced indices get a checkify check, and tracing
+    ``concrete_runner``); traced indices get a checkify check, and tracing
     stops with a clear error where nothing will functionalise that check.
     """
     hints = Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
@@ -166,9 +166,9 @@ def concrete_runner(plan: Plan, mode: str, fill_value, hints, grad, indices):
     that a call does no more than its own work; the frontends cache the result
     per signature. Under ``"error"``, NumPy indices are checked on the host
     while the program runs, and device indices inside the program, which
-    returns a flag beside the result (:func:`flagged`; a host read of device
+    returns a flag beside the result (``flagged``; a host read of device
     indices would wait for the program that makes them). Either way a bad index
-    is reported from the indices themselves (:func:`xgather._check.host_check`).
+    is reported from the indices themselves (``xgather._check.host_check``).
     """
     if mode != "error":
         return compiled(plan, mode, fill_value, hints, grad)
@@ -203,7 +203,7 @@ def check_now_or_later(plan: Plan, mode: str, indices) -> str:
     the host now, and the gather then runs as ``"promise_in_bounds"`` (the same
     gather, checked already). Traced indices keep ``"error"`` (a checkify check),
     and tracing stops with a clear error where nothing will keep it
-    (:func:`xgather._check.traced`).
+    (``xgather._check.traced``).
     """
     if mode == "error":
         if not _dtypes.is_traced(indices):

@@ -2,27 +2,28 @@
 
 Read top to bottom, this module is the whole check:
 
-1. **The flag** (:func:`any_bad`): one boolean, "some index lies outside the
+1. **The flag** (``any_bad``): one boolean, "some index lies outside the
    spec's range", reduced beside the gather in the form each backend runs fastest:
    what an eager call on device indices reads.
-2. **The report** (:func:`report_format`, :func:`report_args`): the op, the first
+2. **The report** (``report_format``, ``report_args``): the op, the first
    bad index as given, its position, the valid range and the count of bad
-   indices. Concrete indices are checked on the host (:func:`host_check`);
-   traced ones get a ``checkify`` check (:func:`emit`) whose one reduction gives
-   the flag, the count and the first position; under :func:`checked` the host
+   indices. Concrete indices are checked on the host (``host_check``);
+   traced ones get a ``checkify`` check (``emit``) whose one reduction gives
+   the flag, the count and the first position; under [`checked`][xgather.checked] the host
    makes the report from those when it raises.
-3. **Where a traced check may go** (:func:`traced`): under ``checkify`` that
-   keeps user checks (so under :func:`checked`), else a clear error at trace time.
-4. **When a failure is raised** (:func:`checked`): each call returns its result
+3. **Where a traced check may go** (``traced``): under ``checkify`` that
+   keeps user checks (so under [`checked`][xgather.checked]), else a clear error at trace time.
+4. **When a failure is raised** ([`checked`][xgather.checked]): each call returns its result
    at once and copies its flag to the host asynchronously; the flag is read at
    a later call of any checked function in the same thread (blocking only when
-   more than :data:`MAX_PENDING` calls are pending), at :func:`raise_if_error`,
-   or at exit. ``sync=True`` (or :func:`sync_checks`, ``XGATHER_SYNC_CHECKS=1``)
+   more than [`MAX_PENDING`][xgather.MAX_PENDING] calls are pending), at
+   [`raise_if_error`][xgather.raise_if_error],
+   or at exit. ``sync=True`` (or [`sync_checks`][xgather.sync_checks], ``XGATHER_SYNC_CHECKS=1``)
    reads it at the call.
 
 Eager calls raise at the call: NumPy indices are checked on the host while the
 gather runs; device indices by a program that returns the flag beside the result
-(:func:`xgather._apply.concrete_runner`).
+(``xgather._apply.concrete_runner``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ _BLOCK_ROWS, _BLOCK_LANES = 32, 128
 
 
 def reduce_any(bad, pad: bool = True, *, platform: str):
-    """``bad.any()``, in the form ``platform``'s choices name (:mod:`xgather._lower`): the
+    """``bad.any()``, in the form ``platform``'s choices name (``xgather._lower``): the
     one XLA:CPU compiles and runs fastest there, ``jnp.any`` elsewhere.
 
     On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
@@ -98,7 +99,7 @@ def reduce_any(bad, pad: bool = True, *, platform: str):
 
 
 def _cpu_flag_steps(n: int, pad: bool = True) -> tuple[int, int, int]:
-    """``(m, read, size)``: how :func:`reduce_any` reduces ``n`` values on XLA:CPU. The
+    """``(m, read, size)``: how ``reduce_any`` reduces ``n`` values on XLA:CPU. The
     first ``m`` are reduced in (rows, lanes) blocks first (0: none), leaving ``read``
     values, which the float32 max reads padded to ``size``."""
     block = _BLOCK_ROWS * _BLOCK_LANES
@@ -126,7 +127,7 @@ def flag_text(plan) -> str:
 
 
 def _flag_form(plan, n: int) -> str:
-    """The form of :func:`any_bad` over ``n`` index values."""
+    """The form of ``any_bad`` over ``n`` index values."""
     if _lower.choices(plan.platform).flag != "float max" or not isinstance(n, int):
         return f"jnp.any over the {n} index values"
     m, read, size = _cpu_flag_steps(n, pad=not plan.small)
@@ -174,7 +175,7 @@ def report_format(plan, ndim: int, where: str = "") -> str:
 
 
 def report_args(plan, indices):
-    """The values :func:`report_format` shows, packed in one array, from concrete indices."""
+    """The values ``report_format`` shows, packed in one array, from concrete indices."""
     bad = np.logical_not(valid(plan, indices, np)).ravel()
     first = int(np.argmax(bad))
     return np.asarray(_report_values(plan, indices, bad.sum(), first, np))
@@ -194,7 +195,7 @@ def _report_values(plan, indices, count, first, xp):
 
 
 def _report_list(plan, shape, count, first, value, xp):
-    """The values :func:`report_format` shows, in its order, for indices of ``shape``."""
+    """The values ``report_format`` shows, in its order, for indices of ``shape``."""
     component = first % shape[-1] if plan.index_vector else 0
     bounds, axes = np.asarray(plan.bounds), np.asarray(plan.index_axes)
     size = xp.asarray(bounds)[component] if plan.index_vector else bounds[0]
@@ -244,10 +245,11 @@ def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
 
 
 def host_check(plan, indices) -> None:
-    """The check on concrete indices, raising :class:`OutOfBoundsError` at once. The
-    indices' minimum and maximum decide; only a bad index costs the report. Indices that
-    other processes hold part of (``jax.distributed``) are checked on the devices, every
-    process raising the same error."""
+    """The check on concrete indices, raising
+    [`OutOfBoundsError`][xgather.OutOfBoundsError] at once. The indices' minimum and
+    maximum decide; only a bad index costs the report. Indices that other processes hold
+    part of (``jax.distributed``) are checked on the devices, every process raising the
+    same error."""
     if isinstance(indices, jax.Array) and not indices.is_fully_addressable:
         _device_checker(plan)(indices)
         return
@@ -267,7 +269,7 @@ def _device_checker(plan):
 
 
 def host_checker(plan):
-    """:func:`host_check` for ``plan``'s NumPy indices, its range settled once: the
+    """``host_check`` for ``plan``'s NumPy indices, its range settled once: the
     per-call check of a cached eager call."""
     vector = plan.index_vector
     lows, highs = _host_range(plan)
@@ -297,9 +299,9 @@ def emit(plan, indices):
     carries the report and the user's file and line; returns that flag.
 
     One variadic reduction over the indices gives the flag, the count of bad indices
-    and the first one's flat position. Under :func:`checked` the check carries those
+    and the first one's flat position. Under [`checked`][xgather.checked] the check carries those
     and the first bad value alone, and the host makes the report from them when it
-    raises (:func:`_site_report`): the scalar work of the report compiles slower than
+    raises (``_site_report``): the scalar work of the report compiles slower than
     the reduction. Under a ``checkify`` of the user's, the device makes the whole
     report, which that ``checkify`` formats.
     """
@@ -350,7 +352,7 @@ def _site(plan, shape, where: str) -> str:
 
 
 def _site_report(msg: str) -> str | None:
-    """The report of a compact message (:func:`_site`), made on the host; None for any
+    """The report of a compact message (``_site``), made on the host; None for any
     other message."""
     if not msg.startswith(_SITE):
         return None
@@ -383,7 +385,7 @@ def _call_site() -> str:
 
 def traced(op: str) -> None:
     """Called where an ``"error"`` op traces its check: fails at trace time unless a
-    ``checkify`` that keeps user checks (:func:`checked` is one) will functionalise it,
+    ``checkify`` that keeps user checks ([`checked`][xgather.checked] is one) will functionalise it,
     and warns where JAX will drop it (a loop body inside a reverse-mode derivative)."""
     errors = _jaxprivate.checkify_errors()
     if errors is None and _patches.foreign():  # an exporter tracing, without xgather's plugin
@@ -416,7 +418,7 @@ def traced(op: str) -> None:
 
 # -- 4. when a failure is raised ---------------------------------------------------------------
 
-#: The most calls of :func:`checked` functions whose flags a thread leaves unread: a
+#: The most calls of [`checked`][xgather.checked] functions whose flags a thread leaves unread: a
 #: call that finds this many waits for the oldest before it runs (8).
 MAX_PENDING = 8
 
@@ -424,7 +426,7 @@ _sync_all = os.environ.get("XGATHER_SYNC_CHECKS", "") not in ("", "0")
 
 
 def sync_checks(enabled: bool = True) -> None:
-    """Make every :func:`checked` function read its flag at the call (``True``), as
+    """Make every [`checked`][xgather.checked] function read its flag at the call (``True``), as
     ``sync=True`` does, or return to deferred reads (``False``): for debugging, as
     ``CUDA_LAUNCH_BLOCKING=1`` does for torch. The environment variable
     ``XGATHER_SYNC_CHECKS=1`` sets it at import."""
@@ -433,9 +435,9 @@ def sync_checks(enabled: bool = True) -> None:
 
 
 class _Pending:
-    """One call's flag and checkify error as its program returned them (:func:`_pack`),
+    """One call's flag and checkify error as its program returned them (``_pack``),
     and which call it was. The error is made an ``Error`` again only where a check
-    failed (:meth:`error`)."""
+    failed (``error``)."""
     __slots__ = ("flag", "leaves", "name", "call")
 
     def __init__(self, flag, leaves, name: str, call: int):
@@ -485,8 +487,9 @@ def _settle(queue: collections.deque, keep: int) -> None:
 
 
 def raise_if_error() -> None:
-    """Wait for this thread's pending checks of :func:`checked` functions and raise the
-    first failure, once (:class:`OutOfBoundsError`, or a user's own checkify error)."""
+    """Wait for this thread's pending checks of [`checked`][xgather.checked] functions
+    and raise the first failure, once ([`OutOfBoundsError`][xgather.OutOfBoundsError], or
+    a user's own checkify error)."""
     queue = getattr(_local, "queue", None)
     if queue:
         _settle(queue, 0)
@@ -503,7 +506,7 @@ def _pack(err):
     ``err`` is of integers or booleans (xgather's reports, most checks), those arrays
     raveled, and ``leaves`` is empty; otherwise ``leaves`` are ``err``'s arrays. Each
     output of a program costs its call about a microsecond and a half: the checkify
-    Error is rebuilt only where a check failed (:meth:`_Pending.error`).
+    Error is rebuilt only where a check failed (``_Pending.error``).
     """
     preds = _jaxprivate.error_predicates(err)
     leaves, structure = jax.tree.flatten(err)
@@ -560,9 +563,10 @@ def _report_at_exit() -> None:
                 queue.clear()
 
 
-#: Whether :func:`checked` is tracing (:class:`xgather._modes.TraceState`): part of the trace
-#: context, so that a function jitted inside ``fn`` keeps the traces made there (which hold
-#: functionalised checks) apart from those of a plain call, which gets xgather's own error.
+#: Whether [`checked`][xgather.checked] is tracing (``xgather._modes.TraceState``): part of
+#: the trace context, so that a function jitted inside ``fn`` keeps the traces made there
+#: (which hold functionalised checks) apart from those of a plain call, which gets
+#: xgather's own error.
 _TRACING = TraceState("xgather_checked_tracing", ("no", "yes"), "no",
                       "Whether xgather.checked is tracing (set by xgather alone).")
 
@@ -690,11 +694,11 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     Returns a jitted function that runs ``fn`` under ``checkify`` in one program,
     which returns the result and a flag. The call returns the result without
     waiting for the program: the flag is copied to the host asynchronously, and
-    an :class:`~xgather.OutOfBoundsError` is raised at the next call of any
+    an [`OutOfBoundsError`][xgather.OutOfBoundsError] is raised at the next call of any
     checked function in this thread once that flag is read (the call waits only
-    when more than :data:`MAX_PENDING` flags are unread), at
-    :func:`raise_if_error`, or reported at exit. ``sync=True`` (or
-    :func:`sync_checks`) raises at the call itself.
+    when more than [`MAX_PENDING`][xgather.MAX_PENDING] flags are unread), at
+    [`raise_if_error`][xgather.raise_if_error], or reported at exit. ``sync=True`` (or
+    [`sync_checks`][xgather.sync_checks]) raises at the call itself.
 
     ``fn`` may be jitted already or contain ``jax.grad``, ``jax.vmap``, loops,
     and flax.nnx transforms; its arguments and results may be pytrees of arrays,
@@ -735,7 +739,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
 
     def program(spec, donated, kept):
         """The program of arguments that ``jax.jit`` cannot take as they are: ``fn`` on
-        their array leaves, nnx's variables written back (:class:`_Spec`)."""
+        their array leaves, nnx's variables written back (``_Spec``)."""
         def body(donated, kept):
             args, kwargs = spec.build(donated, kept)
             arrays, results[spec] = _split_result(fn(*args, **kwargs))
@@ -787,7 +791,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     def run(args, kwargs):
         """``(flag, leaves, out, state)`` of one call: through ``jax.jit`` as it is where it
         takes the arguments and the result (no nnx objects, no constants), else through
-        :func:`arrays_of` (fewer microseconds a call the first way)."""
+        ``arrays_of`` (fewer microseconds a call the first way)."""
         nonlocal direct_fails
         refused = None
         if not direct_fails and "flax.nnx" not in sys.modules:
@@ -839,7 +843,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
 
 def flag_set(flag) -> bool:
     """Whether the first value of a flag a program returned is set: a boolean (an eager
-    call's) or :func:`_pack`'s integers. Read on the host, it waits for the program. A
+    call's) or ``_pack``'s integers. Read on the host, it waits for the program. A
     single-device CPU array is read through the buffer protocol, its first value's bytes,
     sooner than ``np.asarray``; other arrays (GPU, sharded) are copied over."""
     try:

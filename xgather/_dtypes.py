@@ -58,7 +58,7 @@ def foreign_input(op: str, name: str, x):
       (on a CPU, as a NumPy array without a copy, so that 64-bit values stay exact with
       x64 off) or ``__array__``; a GPU tensor becomes a JAX array on its device.
     NumPy and JAX arrays in native order, tracers, scalars and lists pass unchanged
-    (:func:`shape_of` checks lists).
+    (``shape_of`` checks lists).
     """
     kind = type(x)
     if kind is np.ndarray:
@@ -286,11 +286,11 @@ class _Exact:
 
 
 class ExactFloat(_Exact, float):
-    """A float fill value that is -0.0 or NaN (see :class:`_Exact`)."""
+    """A float fill value that is -0.0 or NaN (see ``_Exact``)."""
 
 
 class ExactComplex(_Exact, complex):
-    """A complex fill value with a -0.0 or NaN part (see :class:`_Exact`)."""
+    """A complex fill value with a -0.0 or NaN part (see ``_Exact``)."""
 
 
 def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None):
@@ -299,7 +299,7 @@ def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None
     Python lists of ints become int64. With x64 off, 64-bit NumPy indices become
     32-bit; values beyond the 32-bit type are saturated into it, so that they
     stay out of range on the same side (with x64 off no axis reaches ``2**31``:
-    :func:`xgather._frontend.check_addressable`) and every mode treats them as
+    ``xgather._frontend.check_addressable``) and every mode treats them as
     the out-of-range indices they are. ``check`` (the ``"error"`` mode's host
     check) sees such indices first, as given, so that its report names the
     value given.
@@ -315,10 +315,10 @@ def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None
 
 
 def narrowing(dtype):
-    """How NumPy indices of ``dtype`` are converted before a gather: :func:`narrowed` where
+    """How NumPy indices of ``dtype`` are converted before a gather: ``narrowed`` where
     they are 64-bit and x64 is off, else None (they go as they are).
 
-    A cached eager call (:func:`xgather._frontend.call`) settles this once: its
+    A cached eager call (``xgather._frontend.call``) settles this once: its
     signature fixes the dtype and the x64 flag, and its first call checked the dtype.
     """
     return narrowed if np.dtype(dtype).itemsize == 8 and not x64() else None
@@ -326,7 +326,7 @@ def narrowing(dtype):
 
 def narrowed(indices: np.ndarray, check=None) -> np.ndarray:
     """64-bit NumPy indices as 32-bit ones, values beyond the 32-bit type saturated into
-    it (``check`` sees them first, as given: see :func:`index_array`)."""
+    it (``check`` sees them first, as given: see ``index_array``)."""
     narrow = np.dtype(np.int32 if indices.dtype.kind == "i" else np.uint32)
     info = np.iinfo(narrow)
     if indices.size and (indices.max() > info.max or indices.min() < info.min):

@@ -4,7 +4,7 @@ An eager call (concrete arrays in, no transformation) is settled once per
 signature: the op's name, the shapes, dtypes and kinds (JAX or NumPy) of
 ``data`` and ``indices``, every other argument, the process-wide default
 mode and the x64 flag. The first call runs the frontend as usual and leaves
-behind a runner (:func:`xgather._apply.concrete_runner`); later calls with
+behind a runner (``xgather._apply.concrete_runner``); later calls with
 the same signature go straight to it: one dict lookup, then the jitted
 program, with the same checks and errors.
 """
@@ -38,7 +38,7 @@ from xgather import (
 from xgather._errors import XGatherTypeError, fail
 from xgather._plan import Plan
 
-#: Signature -> runner, filled by :func:`call`; :func:`clear_caches` empties it.
+#: Signature -> runner, filled by ``call``; [`clear_caches`][xgather.clear_caches] empties it.
 RUNNERS: dict = {}
 #: At this many signatures the cache starts afresh (as ``compiled``'s holds 2048 programs).
 RUNNERS_MAX = 2048
@@ -54,7 +54,7 @@ _INEXACT = (float, complex, np.inexact)
 def signature(op, args: tuple, kwargs: dict):
     """The cache key of an eager call, or None where its arrays are not concrete (tracers,
     lists, subclasses). A key holding an unhashable attribute (an array as ``axis``) is no
-    key either: :func:`cached` finds that out when it looks the key up.
+    key either: ``cached`` finds that out when it looks the key up.
 
     A JAX array enters as its aval (shape, dtype, weak type: one attribute, hashed
     once), a NumPy array as its shape and dtype; written out inline, since every
@@ -96,7 +96,7 @@ def _plain(x) -> bool:
 
 def _inputs(where: str, args: tuple, kwargs: dict):
     """``args`` and ``kwargs`` with ``data`` and ``indices`` made inputs the ops read
-    exactly (:func:`xgather._dtypes.foreign_input`): torch tensors, other byte orders,
+    exactly (``xgather._dtypes.foreign_input``): torch tensors, other byte orders,
     and clear errors for masked arrays and lists of objects."""
     args = tuple(_dtypes.foreign_input(where, name, x) if not _plain(x) else x
                  for name, x in zip(("data", "indices"), args[:2], strict=False)) + args[2:]
@@ -209,7 +209,7 @@ def settle(plan, data, indices, allowed, mode, fill_value, spec_default="error")
     """What every call settles before it runs: ``(shapes, mode, fill_value, check, indices)``.
 
     The axes addressable, the mode resolved, ``fill_value`` checked against
-    ``data``'s dtype, and the indices converted (:func:`xgather._dtypes.index_array`);
+    ``data``'s dtype, and the indices converted (``xgather._dtypes.index_array``);
     ``check`` is the ``"error"`` mode's host check (None otherwise), which sees
     indices beyond int32 as given before they are saturated.
     """
@@ -310,9 +310,10 @@ def clear_caches() -> None:
     3 GiB). This frees them; later calls compile again. Programs that JAX's own caches
     hold for your jitted functions are JAX's (``jax.clear_caches()``).
 
-    >>> import numpy as np, xgather
-    >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
-    >>> xgather.clear_caches()
+    Examples:
+        >>> import numpy as np, xgather
+        >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
+        >>> xgather.clear_caches()
     """
     for cache in (_apply._compiled, _apply._flagged, _plan._take_plan, _plan._nd_plan,
                   _plan._elements_plan):
@@ -342,10 +343,12 @@ def explain(op, *args, **kwargs) -> Plan:
     and the slice sizes, then what the call adds to the plan as traced now: the
     bound check's flag and the gradient's scatter-add form (the plan's ``notes``).
 
-    >>> import numpy as np, xgather
-    >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64), axis=1)
-    >>> p.out_shape, p.index_axes, p.bounds
-    ((3, 5), (1,), (4,))
+    Examples:
+        >>> import numpy as np, xgather
+        >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64),
+        ...                     axis=1)
+        >>> p.out_shape, p.index_axes, p.bounds
+        ((3, 5), (1,), (4,))
     """
     planner = getattr(op, "__xgather_plan__", None)
     if planner is None:

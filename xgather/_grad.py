@@ -16,7 +16,7 @@ mode, reverse mode and ``jax.hessian`` all work):
   gradient of a row that 256 lookups hit was off by about 7%. The forward values
   (output and tangent) are the same either way.
 
-The scatter-add itself comes in two forms (:func:`grad_scatter`): ``"direct"``,
+The scatter-add itself comes in two forms ([`grad_scatter`][xgather.grad_scatter]): ``"direct"``,
 JAX's transpose as it is, and ``"sorted"``, where the indices are sorted first,
 so that the scatter-add receives them with ``indices_are_sorted=True``. A GPU
 then sums each run of equal indices in registers and writes it once, instead of
@@ -39,12 +39,12 @@ import numpy as np
 from xgather import _modes, _plan
 from xgather._gather import gather_prepared
 
-#: The forms of the gradient's scatter-add (see :func:`grad_scatter`).
+#: The forms of the gradient's scatter-add (see [`grad_scatter`][xgather.grad_scatter]).
 GRAD_SCATTERS = ("direct", "sorted")
 
 
-#: The form of the gradient's scatter-add (:func:`grad_scatter`), a JAX config state in
-#: the trace context and the jit dispatch key (:class:`xgather._modes.TraceState`):
+#: The form of the gradient's scatter-add ([`grad_scatter`][xgather.grad_scatter]), a JAX
+#: config state in the trace context and the jit dispatch key (``xgather._modes.TraceState``):
 #: ``jax.config.update("xgather_grad_scatter", ...)`` sets it for the process, the
 #: ``XGATHER_GRAD_SCATTER`` environment variable at import.
 _SCATTER = _modes.TraceState(
@@ -69,7 +69,7 @@ def grad_scatter(kind: str):
       positions take no atomics to begin with).
 
     The values are the same up to the order of the additions. Read when a
-    gradient is traced, like :func:`xgather.default_mode`; for a whole process,
+    gradient is traced, like [`xgather.default_mode`][xgather.default_mode]; for a whole process,
     ``jax.config.update("xgather_grad_scatter", "sorted")`` or the environment
     variable ``XGATHER_GRAD_SCATTER=sorted``.
     """
@@ -94,7 +94,7 @@ def _sortable(plan) -> str | None:
 
 def scatter_form(plan, data_dtype) -> str:
     """The scatter-add form a gradient of ``plan`` traced here takes (see
-    :func:`grad_scatter`)."""
+    [`grad_scatter`][xgather.grad_scatter])."""
     if current_scatter() == "direct" or _sortable(plan) is not None:
         return "direct"
     if not jnp.issubdtype(data_dtype, jnp.inexact):
@@ -126,7 +126,7 @@ def tangent(gather, t_data, grad=None):
     """``gather(t_data)`` (linear in ``t_data``) as this module's derivative shapes it.
 
     ``grad``: ``None`` or LabVIEW's ``(training, coeff)``; the gather runs in
-    :func:`accumulation`'s dtype where there is one, then rounds to ``t_data``'s.
+    ``accumulation``'s dtype where there is one, then rounds to ``t_data``'s.
     """
     training, coeff = (True, 1.0) if grad is None else grad
     acc = accumulation(t_data.dtype)
@@ -140,8 +140,8 @@ def tangent(gather, t_data, grad=None):
 
 def gather(plan, mode, fill_value, hints, grad, data, idx):
     """``gather_prepared(plan, ...)(data, idx)``, with this module's derivative where it
-    applies (``grad`` given, data that :func:`accumulation` widens, or the sorted
-    scatter-add chosen: :func:`grad_scatter`)."""
+    applies (``grad`` given, data that ``accumulation`` widens, or the sorted
+    scatter-add chosen: [`grad_scatter`][xgather.grad_scatter])."""
     # Promised-unique positions need no atomics to begin with (a GPU stores them),
     # unless clamping may merge them; out_sharding keeps the placed form.
     direct = hints.out_sharding is not None or (hints.unique_indices and mode != "clip")

@@ -2,10 +2,10 @@
 
 Beside each name, a comment says why no public API does its job. Importing this
 module never fails: a name that moved in the installed JAX is recorded in
-:data:`MISSING` (name -> what went wrong), and the code that needs it takes the
+``MISSING`` (name -> what went wrong), and the code that needs it takes the
 fallback written beside it, which keeps results exact, and warns once
-(:func:`fallback`). ``tests/test_jaxprivate.py`` asserts, on every JAX the
-project is tested on, that :data:`MISSING` is empty and that each name still
+(``fallback``). ``tests/test_jaxprivate.py`` asserts, on every JAX the
+project is tested on, that ``MISSING`` is empty and that each name still
 means what xgather reads it for, so a move fails the suite loudly.
 """
 
@@ -28,7 +28,7 @@ _lock = threading.Lock()
 
 def _read(name: str, path: str, attr: str | None = None) -> Any:
     """``path.attr`` (the module ``path`` where ``attr`` is None), or None with ``name``
-    and the error met in :data:`MISSING`."""
+    and the error met in ``MISSING``."""
     try:
         value = importlib.import_module(path)
         return value if attr is None else getattr(value, attr)
@@ -80,13 +80,13 @@ _REVERSE = frozenset({"linearize", "vjp", "linearize_jaxpr", "linearize_subtrace
 for _name, _module in (("loops", LOOPS_MODULE), ("ad", AD_MODULE),
                        ("checkify", CHECKIFY_MODULE)):
     _read(_name, _module)
-#: :func:`checkify_errors` where a checkify traces but its error set cannot be read.
+#: ``checkify_errors`` where a checkify traces but its error set cannot be read.
 UNKNOWN: frozenset = frozenset()
 
 
 def checkify_errors(depth: int = 2):
     """The error set of the innermost ``checkify.checkify`` tracing the caller: None where
-    none is, :data:`UNKNOWN` where its frame holds no ``errors`` (checkify then decides)."""
+    none is, ``UNKNOWN`` where its frame holds no ``errors`` (checkify then decides)."""
     if "checkify" in MISSING:
         fallback("checkify", "a check under a plain jax.jit fails in checkify's own words")
         return UNKNOWN

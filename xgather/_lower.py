@@ -1,6 +1,6 @@
 """Every lowering choice that is not the spec's, in one place: per platform, and per size.
 
-A plan (:mod:`xgather._plan`) holds what a spec asks (the output's shape, which axes
+A plan (``xgather._plan``) holds what a spec asks (the output's shape, which axes
 the indices address, the bounds); how that becomes ``lax.gather`` may differ by
 platform without changing a value. The choices, each exact on every platform:
 
@@ -20,9 +20,9 @@ platform without changing a value. The choices, each exact on every platform:
   flattened data, which is how torch's kernels address them).
 
 And one choice that depends on sizes alone: where negative indices are wrapped
-(:func:`wrap_pass`).
+(``wrap_pass``).
 
-The platform is JAX's default backend when the plan is made. :func:`lowering` sets
+The platform is JAX's default backend when the plan is made. [`lowering`][xgather.lowering] sets
 another for a block (to trace another platform's choices here, or to choose the element
 lowering); the export traces with a fixed one, so that its graph is the same wherever
 it is traced.
@@ -105,13 +105,13 @@ _override: _Override | None = None
 
 
 def override() -> _Override | None:
-    """What :func:`lowering` set (None outside it): part of the eager cache's key."""
+    """What [`lowering`][xgather.lowering] set (None outside it): part of the eager cache's key."""
     return _override
 
 
 def platform(name: str | None = None) -> str:
     """The platform a plan's lowering is chosen for: ``name``, else the one
-    :func:`lowering` set, else JAX's default backend (``"cuda"`` and ``"rocm"`` are
+    [`lowering`][xgather.lowering] set, else JAX's default backend (``"cuda"`` and ``"rocm"`` are
     ``"gpu"``)."""
     forced = _override.platform if _override is not None else None
     name = name or forced or jax.default_backend()
@@ -119,7 +119,7 @@ def platform(name: str | None = None) -> str:
 
 
 def choices(name: str | None = None) -> Choices:
-    """The lowering choices for platform ``name`` (see :func:`platform`)."""
+    """The lowering choices for platform ``name`` (see ``platform``)."""
     name = platform(name)
     chosen = TABLE.get(name) or dataclasses.replace(TABLE["tpu"], platform=name)
     if _override is not None and _override.element_gather is not None:
@@ -142,11 +142,12 @@ def lowering(platform: str | None = None, *, element_gather: str | None = None):
       platform: ``"cpu"``, ``"gpu"`` or ``"tpu"`` (None: JAX's default backend).
       element_gather: ``"batching_dims"`` or ``"linear"`` (None: the platform's).
 
-    >>> import numpy as np, xgather
-    >>> with xgather.lowering("gpu"):
-    ...     plan = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(2, int), 1)
-    >>> plan.platform, plan.lowering
-    ('gpu', 'vmap')
+    Examples:
+        >>> import numpy as np, xgather
+        >>> with xgather.lowering("gpu"):
+        ...     plan = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(2, int), 1)
+        >>> plan.platform, plan.lowering
+        ('gpu', 'vmap')
     """
     global _override
     if platform is not None and _ALIASES.get(platform, platform) not in PLATFORMS:
@@ -194,7 +195,7 @@ def small(plan) -> bool:
 
 def wrap_pass(plan) -> str:
     """Where ``plan``'s negative indices are wrapped: ``"fused"``, ``"separate"`` or
-    ``"gather"`` (see :attr:`xgather._plan.Plan.wrap_pass`). With a symbolic size, inside
+    ``"gather"`` (see ``xgather._plan.Plan.wrap_pass``). With a symbolic size, inside
     the gather: the branch's choice needs numbers, and the fused wrap is exact at any."""
     if not _sizes_known(plan.out_shape, plan.indices_shape):
         return "fused"

@@ -3,8 +3,8 @@
 Modes (``mode=`` on every op):
 
 * ``"error"``: an index outside the spec's range is an error. Eagerly it raises
-  :class:`~xgather.OutOfBoundsError` at once; under ``jax.jit`` the traced function
-  must be wrapped with :func:`xgather.checked` (see :mod:`xgather._check`).
+  [`OutOfBoundsError`][xgather.OutOfBoundsError] at once; under ``jax.jit`` the traced function
+  must be wrapped with [`xgather.checked`][xgather.checked] (see ``xgather._check``).
 * ``"clip"``: in-range negative indices wrap; anything still outside is clamped
   to the nearest end (``< -s`` reads position 0, ``>= s`` reads ``s-1``).
 * ``"fill"``: in-range negative indices wrap; anything outside yields
@@ -14,9 +14,9 @@ Modes (``mode=`` on every op):
 
 ``mode=None`` means the spec's own rule. For a spec that calls an out-of-range
 index an error, that is ``"error"`` unless a process-wide default was set with
-the ``XGATHER_MODE`` environment variable, :func:`set_default_mode` or the
-:func:`default_mode` context manager: a JAX config state, so that it is part of what
-a trace is keyed on and a jitted function follows the default in force at the call.
+the ``XGATHER_MODE`` environment variable, [`set_default_mode`][xgather.set_default_mode] or the
+[`default_mode`][xgather.default_mode] context manager: a JAX config state, so that it is
+part of what a trace is keyed on and a jitted function follows the default in force at the call.
 Specs that define the result of an out-of-range index (OpenVINO Gather: zeros) keep their rule.
 
 "The spec's range" is ``[-s, s-1]`` where negative indices count from the end
@@ -70,11 +70,11 @@ def set_default_mode(mode: Mode | None) -> None:
 
 @contextlib.contextmanager
 def default_mode(mode: Mode | None):
-    """Context manager form of :func:`set_default_mode` (restored on exit), for the
-    current thread only; it overrides the process's default there.
+    """Context manager form of [`set_default_mode`][xgather.set_default_mode] (restored on
+    exit), for the current thread only; it overrides the process's default there.
 
     The default is part of what a trace is keyed on, as JAX's own config contexts
-    are: a function jitted (or :func:`xgather.checked`) outside the block runs in
+    are: a function jitted (or [`xgather.checked`][xgather.checked]) outside the block runs in
     the default in force at each call, inside the block and after it.
     """
     if mode is not None:
@@ -84,8 +84,8 @@ def default_mode(mode: Mode | None):
 
 
 def current_default() -> str | None:
-    """The default in force here: :func:`default_mode`'s, else the process's (None: the
-    spec's rule)."""
+    """The default in force here: [`default_mode`][xgather.default_mode]'s, else the
+    process's (None: the spec's rule)."""
     mode = _DEFAULT.value
     return None if mode == "error" else mode
 
@@ -111,7 +111,7 @@ class TraceState:
     again from Python under another value would run the program traced under the
     first (JAX's C++ dispatch cache looks at jit-key states only). Where this JAX cannot
     make such a state, it is always ``default``, and asking for another value warns once
-    (:func:`xgather._jaxprivate.fallback`).
+    (``xgather._jaxprivate.fallback``).
     """
 
     def __init__(self, name: str, values: tuple[str, ...], default: str, help: str):
@@ -134,7 +134,7 @@ class TraceState:
     def traced_as(self, value: str, where: str | None = None):
         """A context manager that sets the state to ``value`` for a block (nothing where
         JAX has no such state). ``where``: the public function asking, which checks
-        ``value`` against :attr:`values` first."""
+        ``value`` against ``values`` first."""
         if where is not None:
             choice(where, "kind", value, self.values)
         if self._state is None:
@@ -183,14 +183,14 @@ def wraps(plan, indices) -> bool:
 
 def narrow(plan, indices):
     """64-bit indices saturated into the int32 range on XLA:CPU (the platforms whose
-    :mod:`xgather._lower` choices say ``clamps_64``), where every axis fits it.
+    ``xgather._lower`` choices say ``clamps_64``), where every axis fits it.
 
     XLA:CPU's gather keeps only the low 32 bits of a 64-bit index into a small
     operand (jax 0.10.2: index ``2**32 + 5`` reads row 5 under ``"fill"``).
     Saturating first keeps every out-of-range index out of range, on the same
     side, and in-range indices unchanged. The dtype stays 64-bit, and other
     platforms (chosen when the program is lowered, so an exported program is exact on
-    each) skip the clamp. Runs after :func:`wrap`.
+    each) skip the clamp. Runs after ``wrap``.
     """
     if jnp.dtype(indices.dtype).itemsize != 8 or max(plan.bounds, default=0) >= 2**31:
         return indices
@@ -212,7 +212,7 @@ def valid(plan, indices, xp):
     return valid
 
 
-#: The default mode where a spec calls an out-of-range index an error (:class:`TraceState`).
+#: The default mode where a spec calls an out-of-range index an error (``TraceState``).
 _DEFAULT = TraceState("xgather_default_mode", MODES, _env_default(),
                       "The mode of xgather's ops where their spec calls an out-of-range "
                       "index an error (error, clip, fill or promise_in_bounds).")

@@ -1,6 +1,6 @@
 """Shapes and attributes in, a frozen lowering plan out.
 
-A :class:`Plan` holds only ints, strings and tuples: the normalised attributes,
+A [`Plan`][xgather.Plan] holds only ints, strings and tuples: the normalised attributes,
 the ``lax.GatherDimensionNumbers`` and slice sizes of the per-batch gather, and
 the output shape. Every static rule of every spec is checked here, at trace
 time, before an array is touched. Plans are hashable, so they key the jit cache
@@ -54,14 +54,14 @@ class Plan:
         dims before the axis become batching dims too, see ``index_broadcast``),
         or ``"linear"`` (element gathers: one linear index into the flattened
         data, ``jax.vmap`` over any batch dims). Chosen per platform by
-        :mod:`xgather._lower`.
+        ``xgather._lower``.
       index_broadcast: leading dims the per-batch indices are broadcast over
         (``"vmap+row_batching"``); each row then gathers its own elements, so
         XLA writes the output in order instead of gathering columns and
         transposing them.
       platform: the platform the lowering was chosen for (``"cpu"``,
         ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made, or
-        the one :func:`xgather.lowering` set). Every lowering is exact on every
+        the one [`xgather.lowering`][xgather.lowering] set). Every lowering is exact on every
         platform.
       wrap_pass: where negative indices are wrapped: ``"fused"`` (inside the
         gather's loop: small gathers, where a branch would cost more than the
@@ -93,9 +93,9 @@ class Plan:
     index_broadcast: Shape = ()
     platform: str = "cpu"
     model_opset: int | None = None
-    #: Lines that :func:`xgather.explain` adds: what the call makes of the plan as traced
-    #: then (the bound check's flag, the gradient's scatter-add). Not part of the plan's
-    #: identity.
+    #: Lines that [`xgather.explain`][xgather.explain] adds: what the call makes of the
+    #: plan as traced then (the bound check's flag, the gradient's scatter-add). Not part
+    #: of the plan's identity.
     notes: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
@@ -109,7 +109,7 @@ class Plan:
 
     @property
     def small(self) -> bool:
-        """Whether the gather writes few values (:func:`xgather._lower.small`)."""
+        """Whether the gather writes few values (``xgather._lower.small``)."""
         return _lower.small(self)
 
     @property

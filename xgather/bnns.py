@@ -57,17 +57,18 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
       input: array of shape ``(b..., d...)``.
       indices: int32/int64 array of shape ``(b..., q..., k)``, each entry in ``[0, d_j - 1]``.
       batch_dimension_count: leading dimensions of ``input`` and ``indices`` that pair up.
-      mode: as for :func:`xgather.onnx.gather`.
-      fill_value: as for :func:`xgather.onnx.gather`.
-      out_sharding: as for :func:`xgather.onnx.gather`.
+      mode: as for [`xgather.onnx.gather`][xgather.onnx.gather].
+      fill_value: as for [`xgather.onnx.gather`][xgather.onnx.gather].
+      out_sharding: as for [`xgather.onnx.gather`][xgather.onnx.gather].
 
     Returns:
       Array of shape ``(b..., q..., d[k:]...)``.
 
-    >>> import numpy as np, xgather
-    >>> x = np.array([10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33.]).reshape(3, 2, 2)
-    >>> xgather.bnns.gather_nd(x, np.array([1, 0], np.int32)[None]).tolist()
-    [[20.0, 21.0]]
+    Examples:
+        >>> import numpy as np, xgather
+        >>> x = np.array([10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33.]).reshape(3, 2, 2)
+        >>> xgather.bnns.gather_nd(x, np.array([1, 0], np.int32)[None]).tolist()
+        [[20.0, 21.0]]
     """
     plan = _gather_nd_plan(input, indices, batch_dimension_count)
     return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
@@ -81,10 +82,11 @@ def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_coun
     Returns:
       Array of shape ``input.shape[:axis] + indices.shape[b:] + input.shape[axis+1:]``.
 
-    >>> import xgather
-    >>> xgather.bnns.gather([[1, 2, 3], [4, 5, 6]], [[2], [0]], axis=1,
-    ...                     batch_dimension_count=1).tolist()
-    [[3], [4]]
+    Examples:
+        >>> import xgather
+        >>> xgather.bnns.gather([[1, 2, 3], [4, 5, 6]], [[2], [0]], axis=1,
+        ...                     batch_dimension_count=1).tolist()
+        [[3], [4]]
     """
     plan = _gather_plan(input, indices, axis, batch_dimension_count)
     return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
@@ -98,9 +100,10 @@ def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noq
 
     ``indices`` has ``input``'s shape except on ``axis``; the output has ``indices``' shape.
 
-    >>> import xgather
-    >>> xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1).tolist()
-    [[2], [3]]
+    Examples:
+        >>> import xgather
+        >>> xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1).tolist()
+        [[2], [3]]
     """
     return call(_gather_along_axis_plan(input, indices, axis), input, indices, INDEX_DTYPES, mode,
                 fill_value, out_sharding=out_sharding)

@@ -1,7 +1,7 @@
 """Export JAX functions built on xgather to ONNX with jax2onnx (extra ``xgather[export]``).
 
-:func:`register_jax2onnx` adds a plugin to jax2onnx; from then on
-``jax2onnx.to_onnx`` exports every xgather op, and :func:`to_onnx` does both.
+[`register_jax2onnx`][xgather.export.register_jax2onnx] adds a plugin to jax2onnx; from then on
+``jax2onnx.to_onnx`` exports every xgather op, and [`to_onnx`][xgather.export.to_onnx] does both.
 While jax2onnx traces, the plugin gives every op of every spec (they all reach
 ``lax.gather`` through ``xgather._apply.run``) its export form:
 
@@ -270,7 +270,7 @@ def _guarded(run: Callable, plan, data, indices, options, in_onnx_range: bool = 
 def _in_range(plan, idx):
     """Negative indices wrapped (where the spec says so), the validity mask, and ``s``.
 
-    The same pieces as the traced gather (:mod:`xgather._modes`): plain compares,
+    The same pieces as the traced gather (``xgather._modes``): plain compares,
     adds and selects, which every opset exports.
     """
     idx = _modes.widen(plan, idx)  # room for index + s
@@ -285,7 +285,7 @@ def _in_range(plan, idx):
 def _int32(plan, idx):
     """In-range 64-bit indices as int32 where every axis fits it.
 
-    The gather then needs no narrowing of 64-bit indices (:func:`xgather._modes.narrow`,
+    The gather then needs no narrowing of 64-bit indices (``xgather._modes.narrow``,
     a platform-dependent clamp jax2onnx has no plugin for), so x64 exports too.
     """
     if jnp.dtype(idx.dtype).itemsize == 8 and max(plan.bounds, default=0) < 2**31:
@@ -328,7 +328,7 @@ def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
     """``xgather._apply.run`` as it exports: the ONNX node, or plain ops on in-range indices.
 
     ``node=False`` is the plain form (under vmap or a derivative); ``in_onnx_range``
-    says the indices went through :func:`_onnx_range` already (the node's indices).
+    says the indices went through ``_onnx_range`` already (the node's indices).
     """
     op_type = _node_type(plan)
     options.pop("out_sharding", None)  # an ONNX graph places nothing: the runtime decides
@@ -584,12 +584,13 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
     Returns:
       What ``jax2onnx.to_onnx`` returns: an ``onnx.ModelProto`` by default.
 
-    >>> import numpy as np, xgather, xgather.export                   # doctest: +SKIP
-    >>> f = lambda d, i: xgather.onnx.gather(d, i, axis=1)            # doctest: +SKIP
-    >>> model = xgather.export.to_onnx(f, [np.zeros((2, 3), np.float32),
-    ...                                    np.zeros(4, np.int32)])    # doctest: +SKIP
-    >>> [n.op_type for n in model.graph.node]                         # doctest: +SKIP
-    ['Gather']
+    Examples:
+        >>> import numpy as np, xgather, xgather.export                   # doctest: +SKIP
+        >>> f = lambda d, i: xgather.onnx.gather(d, i, axis=1)            # doctest: +SKIP
+        >>> model = xgather.export.to_onnx(f, [np.zeros((2, 3), np.float32),
+        ...                                    np.zeros(4, np.int32)])    # doctest: +SKIP
+        >>> [n.op_type for n in model.graph.node]                         # doctest: +SKIP
+        ['Gather']
     """
     if isinstance(opset, bool | np.bool_) or not isinstance(opset, int | np.integer) or \
             opset < _MIN_OPSET:

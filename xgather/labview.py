@@ -70,18 +70,19 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
       lda_coeff: multiplies the gradient sent to ``data``.
       name: the label of the node.
       specified_outputs_name: the label of its output.
-      mode: as for :func:`xgather.onnx.gather`.
-      fill_value: as for :func:`xgather.onnx.gather`.
-      negative_indices: as for :func:`xgather.onnx.gather`.
-      out_sharding: as for :func:`xgather.onnx.gather`.
+      mode: as for [`xgather.onnx.gather`][xgather.onnx.gather].
+      fill_value: as for [`xgather.onnx.gather`][xgather.onnx.gather].
+      negative_indices: as for [`xgather.onnx.gather`][xgather.onnx.gather].
+      out_sharding: as for [`xgather.onnx.gather`][xgather.onnx.gather].
 
     Returns:
       Array of shape ``data.shape[:axis] + (q...) + data.shape[axis+1:]``.
 
-    >>> import jax, jax.numpy as jnp, xgather
-    >>> f = lambda d: xgather.labview.gather(d, jnp.array([0, 0, 2]), lda_coeff=0.5).sum()
-    >>> jax.grad(f)(jnp.ones(3)).tolist()
-    [1.0, 0.0, 0.5]
+    Examples:
+        >>> import jax, jax.numpy as jnp, xgather
+        >>> f = lambda d: xgather.labview.gather(d, jnp.array([0, 0, 2]), lda_coeff=0.5).sum()
+        >>> jax.grad(f)(jnp.ones(3)).tolist()
+        [1.0, 0.0, 0.5]
     """
     plan = _gather_plan(data, indices, axis, name=name,
                         specified_outputs_name=specified_outputs_name,

@@ -122,19 +122,20 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
       batch_dims: versions 7 and 8; negative values count from ``indices.ndim``.
       version: 1, 7 or 8.
       negative_indices: ``False``: the range is ``[0, s-1]`` and no wrap is
-        done (see :func:`xgather.onnx.gather`).
-      mode: as for :func:`xgather.onnx.gather`; ``mode=None`` is this spec's rule:
+        done (see [`xgather.onnx.gather`][xgather.onnx.gather]).
+      mode: as for [`xgather.onnx.gather`][xgather.onnx.gather]; ``mode=None`` is this spec's rule:
         zeros out of range.
-      fill_value: as for :func:`xgather.onnx.gather`.
-      out_sharding: as for :func:`xgather.onnx.gather`.
+      fill_value: as for [`xgather.onnx.gather`][xgather.onnx.gather].
+      out_sharding: as for [`xgather.onnx.gather`][xgather.onnx.gather].
 
     Returns:
       Array of shape ``data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]``.
 
-    >>> import xgather
-    >>> xgather.openvino.gather([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]],
-    ...                         [[0, 0, 4], [4, 0, 0]], axis=1, batch_dims=1).tolist()
-    [[1, 1, 5], [10, 6, 6]]
+    Examples:
+        >>> import xgather
+        >>> xgather.openvino.gather([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]],
+        ...                         [[0, 0, 4], [4, 0, 0]], axis=1, batch_dims=1).tolist()
+        [[1, 1, 5], [10, 6, 6]]
     """
     plan = _gather_plan(data, indices, axis, batch_dims, version=version,
                         negative_indices=negative_indices)
@@ -153,17 +154,19 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
       indices: integer array of shape ``(b..., q..., k)``, ``k <= data.ndim - batch_dims``.
       batch_dims: ``0 <= batch_dims < min(data.ndim, indices.ndim)``.
       version: 5 (the output's batch dims folded into one) or 8 (kept).
-      negative_indices: as for :func:`gather`.
-      mode: as for :func:`gather`; ``mode=None``: an out-of-range index is an error.
-      fill_value: as for :func:`gather`.
-      out_sharding: as for :func:`gather`.
+      negative_indices: as for [`gather`][xgather.openvino.gather].
+      mode: as for [`gather`][xgather.openvino.gather]; ``mode=None``: an out-of-range index is an
+        error.
+      fill_value: as for [`gather`][xgather.openvino.gather].
+      out_sharding: as for [`gather`][xgather.openvino.gather].
 
     Returns:
       Version 8: ``(b..., q..., d[k:]...)``; version 5: ``(prod(b), q..., d[k:]...)``.
 
-    >>> import xgather
-    >>> xgather.openvino.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 0]]).tolist()
-    [1, 3]
+    Examples:
+        >>> import xgather
+        >>> xgather.openvino.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 0]]).tolist()
+        [1, 3]
     """
     plan = _gather_nd_plan(data, indices, batch_dims, version=version,
                            negative_indices=negative_indices)
@@ -177,12 +180,14 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
     """OpenVINO ``GatherElements-6``: ``out[i] = data[i_0, .., indices[i], .., i_{r-1}]``.
 
     ``indices`` has ``data``'s shape except on ``axis``; the output has ``indices``' shape.
-    ``negative_indices``, ``mode``, ``fill_value``, ``out_sharding``: as for :func:`gather`
+    ``negative_indices``, ``mode``, ``fill_value``, ``out_sharding``: as for
+    [`gather`][xgather.openvino.gather]
     (``mode=None``: an out-of-range index is an error).
 
-    >>> import xgather
-    >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
-    [[1, 1], [4, 3]]
+    Examples:
+        >>> import xgather
+        >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
+        [[1, 1], [4, 3]]
     """
     plan = _gather_elements_plan(data, indices, axis, negative_indices=negative_indices)
     return call(plan, data, indices, ELEMENTS_INDEX_DTYPES, mode, fill_value,

@@ -1,6 +1,6 @@
 """Gather from a table sharded along its rows, without assembling the table anywhere.
 
-:func:`gather` is ONNX ``Gather-13`` along axis 0 (an embedding lookup) for a
+[`gather`][xgather.sharded.gather] is ONNX ``Gather-13`` along axis 0 (an embedding lookup) for a
 ``data`` whose rows are spread over a mesh axis. Every device gathers the
 rows it owns (a masked local gather) and a collective combines the partial
 results: ``psum`` when the indices are replicated or sharded over another mesh
@@ -72,8 +72,8 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
       rows: the mesh axis the rows of ``data`` are spread over.
       batch: the mesh axis ``indices`` are split over along their first
         dimension, or None (replicated). It may equal ``rows``.
-      mode: as for :func:`xgather.onnx.gather` (default ``"error"``).
-      fill_value: as for :func:`xgather.onnx.gather`.
+      mode: as for [`xgather.onnx.gather`][xgather.onnx.gather] (default ``"error"``).
+      fill_value: as for [`xgather.onnx.gather`][xgather.onnx.gather].
 
     Returns:
       Array of shape ``(q..., d...)``, sharded as ``P(batch)``.

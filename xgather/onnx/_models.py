@@ -1,12 +1,13 @@
 """ONNX models in: ``NodeProto`` adapters, ``onnx.reference`` ops and jaxonnxruntime handlers.
 
-* :func:`from_node` turns a ``Gather``, ``GatherND`` or ``GatherElements``
+* [`from_node`][xgather.onnx.from_node] turns a ``Gather``, ``GatherND`` or ``GatherElements``
   node into a callable of its inputs, attributes bound.
-* :func:`reference_ops` gives ``OpRun`` classes that make
+* [`reference_ops`][xgather.onnx.reference_ops] gives ``OpRun`` classes that make
   ``onnx.reference.ReferenceEvaluator`` run those nodes through xgather.
-* :func:`register_jaxonnxruntime` makes jaxonnxruntime run them through xgather.
+* [`register_jaxonnxruntime`][xgather.onnx.register_jaxonnxruntime] makes jaxonnxruntime run them
+through xgather.
 
-The op versions in force come from :mod:`xgather.onnx._ops` (:func:`op_version`).
+The op versions in force come from ``xgather.onnx._ops`` ([`op_version`][xgather.onnx.op_version]).
 The ``onnx`` package (and jaxonnxruntime for the last) is needed only when they run.
 """
 
@@ -22,7 +23,8 @@ from xgather._errors import XGatherError, choice, fail
 from xgather._modes import MODES
 from xgather.onnx._ops import ATTRIBUTES, VERSIONS, op_version, resolve
 
-#: The keyword options of the xgather ops that :func:`from_node` passes through.
+#: The keyword options of the xgather ops that [`from_node`][xgather.onnx.from_node]
+#: passes through.
 OPTIONS = ("mode", "fill_value", "indices_are_sorted", "unique_indices", "negative_indices")
 
 _DOMAINS = ("", "ai.onnx")
@@ -81,22 +83,23 @@ def from_node(node, opset: int = 13, **options) -> Callable:
         ``GatherElements`` in the default domain (``""`` or ``"ai.onnx"``), with
         two inputs.
       opset: the model's opset_import for the default domain (e.g. 17 or 21);
-        the op version in force there is used (see :func:`op_version`).
+        the op version in force there is used (see [`op_version`][xgather.onnx.op_version]).
       **options: ``mode``, ``fill_value``, ``indices_are_sorted``,
         ``unique_indices``, ``negative_indices``, passed to the op.
 
     Returns:
-      A function of ``(data, indices)`` that runs :func:`xgather.onnx.gather`,
-      :func:`~xgather.onnx.gather_nd` or :func:`~xgather.onnx.gather_elements`
+      A function of ``(data, indices)`` that runs [`xgather.onnx.gather`][xgather.onnx.gather],
+      [`gather_nd`][xgather.onnx.gather_nd] or [`gather_elements`][xgather.onnx.gather_elements]
       with the node's ``axis`` or ``batch_dims`` (ONNX default 0). It works
       under ``jax.jit``, ``jax.grad`` and ``jax.vmap`` as the op does, and
       ``xgather.explain(f, data, indices)`` shows its plan.
 
-    >>> import numpy as np, onnx, xgather
-    >>> node = onnx.helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
-    >>> f = xgather.onnx.from_node(node, opset=21)
-    >>> f(np.array([[1, 2, 3]]), np.array([2, -3])).tolist()
-    [[3, 1]]
+    Examples:
+        >>> import numpy as np, onnx, xgather
+        >>> node = onnx.helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
+        >>> f = xgather.onnx.from_node(node, opset=21)
+        >>> f(np.array([[1, 2, 3]]), np.array([2, -3])).tolist()
+        [[3, 1]]
     """
     op_type = getattr(node, "op_type", None)
     if op_type is None:
@@ -180,10 +183,10 @@ def reference_ops(**options) -> list[type]:
 
     Pass them to ``onnx.reference.ReferenceEvaluator(model, new_ops=reference_ops())``:
     every gather node of the model (subgraphs included) then runs through
-    :mod:`xgather.onnx` at the op version the model's opset_import puts in force,
+    [`xgather.onnx`][xgather.onnx] at the op version the model's opset_import puts in force,
     and returns a NumPy array of ``data``'s dtype. With ``jax_enable_x64`` off,
     64-bit data takes xgather's host path and stays exact. An out-of-range index
-    raises :class:`xgather.OutOfBoundsError` (the ONNX rule) unless ``options``
+    raises [`xgather.OutOfBoundsError`][xgather.OutOfBoundsError] (the ONNX rule) unless ``options``
     say otherwise.
 
     Args:
@@ -204,13 +207,15 @@ def reference_ops(**options) -> list[type]:
 # that declares it (``Handler.__subclasses__()``, in creation order) and calls its
 # ``version_<since>`` method, ``<since>`` being the op version in force at the model's
 # opset. ``__subclasses__()`` holds weak references, so the classes made here are kept in
-# :data:`HANDLERS`.
+# ``HANDLERS``.
 
 # ONNX op type -> (xgather.onnx op, its attribute)
 _JOR_OPS = {"Gather": ("gather", "axis"), "GatherND": ("gather_nd", "batch_dims"),
             "GatherElements": ("gather_elements", "axis")}
 
-#: The handler classes, once :func:`register_jaxonnxruntime` has run (strong references).
+#: The handler classes, once
+#: [`register_jaxonnxruntime`][xgather.onnx.register_jaxonnxruntime] has run (strong
+#: references).
 HANDLERS: dict[str, type] = {}
 
 
@@ -233,9 +238,9 @@ def register_jaxonnxruntime() -> dict[str, type]:
 
     Covers Gather 1/11/13, GatherND 11/12/13 and GatherElements 11/13 (the version
     in force at the model's opset). Out-of-range indices follow xgather's mode:
-    eagerly an :class:`~xgather.OutOfBoundsError`; under ``jax.jit`` wrap the
-    model function with :func:`xgather.checked`, or set a mode with
-    :func:`xgather.default_mode`. Idempotent.
+    eagerly an [`OutOfBoundsError`][xgather.OutOfBoundsError]; under ``jax.jit`` wrap the
+    model function with [`xgather.checked`][xgather.checked], or set a mode with
+    [`xgather.default_mode`][xgather.default_mode]. Idempotent.
 
     Returns:
       The handler classes by ONNX op type.

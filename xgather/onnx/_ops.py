@@ -11,12 +11,12 @@ Choices where the spec text is silent, following onnxruntime:
   one by one (onnxruntime only compares their products; xgather does not).
 
 Out-of-range indices are an error in every ONNX op, so ``mode=None`` is
-``"error"`` (or the process default, see :mod:`xgather._modes`).
+``"error"`` (or the process default, see ``xgather._modes``).
 
 ``opset=`` is the model's opset_import, as in an ONNX file (17, 21, ...): the op
-version in force there is used, as onnxruntime does (:func:`op_version`), and
+version in force there is used, as onnxruntime does ([`op_version`][xgather.onnx.op_version]), and
 ``xgather.explain`` shows both (``onnx.Gather-13 (model opset 21)``).
-The model adapters (:mod:`xgather.onnx._models`) bring whole nodes and models in.
+The model adapters (``xgather.onnx._models``) bring whole nodes and models in.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ def op_version(op_type: str, opset: int) -> int:
     existed is an error. Opsets above the newest version take the newest: no
     opset up to 26 changed these ops.
 
-    >>> op_version("Gather", 21), op_version("GatherND", 12), op_version("GatherElements", 12)
-    (13, 12, 11)
+    Examples:
+        >>> op_version("Gather", 21), op_version("GatherND", 12), op_version("GatherElements", 12)
+        (13, 12, 11)
     """
     if op_type not in VERSIONS:
         fail("xgather.onnx", f"op_type must be one of {', '.join(VERSIONS)}", repr(op_type))
@@ -153,7 +154,7 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
       axis: in ``[-r, r-1]``.
       opset: the model's opset_import (any opset from 1 on, e.g. 21); the op
         version in force there is used (1 up to opset 10, 11 for 11-12, 13 from 13).
-      mode: out-of-range handling (see :mod:`xgather._modes`); ``None`` is the
+      mode: out-of-range handling (see ``xgather._modes``); ``None`` is the
         spec's rule, an error.
       fill_value: the value of out-of-range slots with ``mode="fill"`` (0).
       indices_are_sorted: a promise that the wrapped positions are sorted, passed to
@@ -163,8 +164,8 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
       negative_indices: ``False`` narrows the valid range to ``[0, s-1]``: no
         negative-index wrap (a pass over the indices saved), and a negative index
         is out of range (an error, clamped to 0, or filled, as ``mode`` says).
-        Every op of :mod:`xgather.onnx`, :mod:`xgather.openvino` and
-        :mod:`xgather.labview` takes it (BNNS's range is ``[0, s-1]`` already).
+        Every op of [`xgather.onnx`][xgather.onnx], [`xgather.openvino`][xgather.openvino] and
+        [`xgather.labview`][xgather.labview] takes it (BNNS's range is ``[0, s-1]`` already).
       out_sharding: where the result lives, as in ``jnp.ndarray.at[...].get``: a
         ``NamedSharding``, or a ``PartitionSpec`` of the mesh set with
         ``jax.set_mesh``. On a mesh's Explicit axes JAX needs it for a gather along
@@ -174,9 +175,10 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
     Returns:
       Array of shape ``d[:axis] + (q...) + d[axis+1:]`` with ``data``'s dtype.
 
-    >>> import xgather
-    >>> xgather.onnx.gather([[1, 2], [3, 4], [5, 6]], [[0, -1]]).tolist()
-    [[[1, 2], [5, 6]]]
+    Examples:
+        >>> import xgather
+        >>> xgather.onnx.gather([[1, 2], [3, 4], [5, 6]], [[0, -1]]).tolist()
+        [[[1, 2], [5, 6]]]
     """
     return _call(_gather_plan, data, indices, axis, opset=opset, mode=mode,
                  fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
@@ -191,7 +193,8 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
     The keyword options (``mode``, ``fill_value``, ``indices_are_sorted``,
-    ``unique_indices``, ``negative_indices``, ``out_sharding``) are as for :func:`gather`.
+    ``unique_indices``, ``negative_indices``, ``out_sharding``) are as for
+    [`gather`][xgather.onnx.gather].
 
     Args:
       data: array of shape ``(b..., d...)`` with ``len(b) == batch_dims``, rank ``r >= 1``.
@@ -204,9 +207,10 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
     Returns:
       Array of shape ``(b..., q..., d[k:]...)`` with ``data``'s dtype.
 
-    >>> import xgather
-    >>> xgather.onnx.gather_nd([[0, 1], [2, 3]], [[0, 0], [1, -1]]).tolist()
-    [0, 3]
+    Examples:
+        >>> import xgather
+        >>> xgather.onnx.gather_nd([[0, 1], [2, 3]], [[0, 0], [1, -1]]).tolist()
+        [0, 3]
     """
     return _call(_gather_nd_plan, data, indices, batch_dims, opset=opset, mode=mode,
                  fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
@@ -221,7 +225,8 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
     """ONNX ``GatherElements``: ``out[i] = data[i_0, ..., indices[i], ..., i_{r-1}]``.
 
     The keyword options (``mode``, ``fill_value``, ``indices_are_sorted``,
-    ``unique_indices``, ``negative_indices``, ``out_sharding``) are as for :func:`gather`.
+    ``unique_indices``, ``negative_indices``, ``out_sharding``) are as for
+    [`gather`][xgather.onnx.gather].
 
     Args:
       data: array of rank ``r >= 1``.
@@ -234,9 +239,10 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
     Returns:
       Array of ``indices``' shape with ``data``'s dtype.
 
-    >>> import xgather
-    >>> xgather.onnx.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
-    [[1, 1], [4, 3]]
+    Examples:
+        >>> import xgather
+        >>> xgather.onnx.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
+        [[1, 1], [4, 3]]
     """
     return _call(_gather_elements_plan, data, indices, axis, opset=opset, mode=mode,
                  fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
