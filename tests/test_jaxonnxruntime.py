@@ -11,36 +11,11 @@ pytest.importorskip("absl", reason="jaxonnxruntime imports absl-py")
 from jaxonnxruntime import backend as jort  # noqa: E402
 from jaxonnxruntime import call_onnx  # noqa: E402
 from jaxonnxruntime.core import handler  # noqa: E402
-from jaxonnxruntime.onnx_ops import gatherelements  # noqa: E402
 from onnx import helper  # noqa: E402
 
 import xgather  # noqa: E402
 from tests import ort_oracle, reference  # noqa: E402
 from tests.helpers import GATHER_NODE_TESTS, gather_node_test_case  # noqa: E402
-
-
-def _own_handlers(op_type):
-    """jaxonnxruntime's own handler classes for ``op_type`` (none of xgather's)."""
-    return [h for h in handler.Handler.__subclasses__()
-            if h.OP_TYPE == op_type and h.__module__.startswith("jaxonnxruntime.")]
-
-
-# --- without xgather: what registration fixes ---------------------------------------------
-
-def test_jaxonnxruntime_alone_has_no_gathernd():
-    assert _own_handlers("GatherND") == []
-    assert [h.__name__ for h in _own_handlers("GatherElements")] == ["GatherElements"]
-
-
-@pytest.mark.filterwarnings("ignore:Explicitly requested dtype int64:UserWarning")
-def test_jaxonnxruntime_alone_wraps_out_of_range_gather_elements():
-    data = np.arange(6, dtype=np.float32).reshape(3, 2)
-    indices = np.array([[4, 0]])  # 4 is out of range for an axis of size 3
-    got = np.asarray(gatherelements.onnx_gatherelements(data, indices, axis=0))
-    assert got.tolist() == [[data[4 % 3, 0], data[0, 1]]]  # silently wrapped
-    with pytest.raises(IndexError):
-        reference.gather_elements(data, indices, axis=0)
-
 
 # --- registered ------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from jax import lax
 
 from xgather import _lower
 from xgather._dtypes import as_int
-from xgather._errors import XGatherError, fail
+from xgather._errors import fail
 
 Shape = tuple[int, ...]
 
@@ -360,4 +360,4 @@ def _linear(chosen: _lower.Choices, shape: Shape) -> bool:
             and 0 < math.prod(shape) < 2**31)
 
 
-__all__ = ["Plan", "XGatherError", "elements_plan", "nd_plan", "normalize_axis", "take_plan"]
+__all__ = ["Plan", "elements_plan", "nd_plan", "normalize_axis", "take_plan"]

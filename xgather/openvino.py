@@ -51,7 +51,7 @@ INDEX_DTYPES = _dtypes.ANY_INTEGER
 ELEMENTS_INDEX_DTYPES = _dtypes.INT32_INDICES  # GatherElements-6's T_IND
 
 
-def static_axis(op: str, axis, sh) -> int:
+def _static_axis(op: str, axis, sh) -> int:
     """The value of an ``axis`` input, which must be known at trace time."""
     if _dtypes.is_traced(axis):
         fail(op, "axis must be known at trace time (a Python int or a concrete scalar); "
@@ -74,7 +74,7 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
     sh = shapes(data, indices, op)
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     r, q = len(sh["data"]), len(sh["indices"])
-    ax = _plan.normalize_axis(op, static_axis(op, axis, sh), r, sh)
+    ax = _plan.normalize_axis(op, _static_axis(op, axis, sh), r, sh)
     batch_dims = int_attr(op, "batch_dims", batch_dims, sh)
     if version == 1 and batch_dims != 0:
         fail(op, "batch_dims exists from version 7 on", f"batch_dims={batch_dims}", sh)
