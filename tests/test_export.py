@@ -752,9 +752,10 @@ def test_ops_are_restored_after_export():
 
 
 def test_readme_export_example_runs():
-    from tests.test_docs import BLOCKS
+    from tests.test_docs import EXAMPLES
 
-    block = next(b for b in BLOCKS if "xgather.export.to_onnx" in b)
+    block = next(code for source, _, code in EXAMPLES
+                 if source == "docs/onnx.md" and "xgather.export.to_onnx" in code)
     ns: dict = {}
     exec(compile(block, "README-export", "exec"), ns)
     assert [n.op_type for n in ns["model"].graph.node] == ["Gather"]
