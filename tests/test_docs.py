@@ -120,6 +120,28 @@ def test_docstring_examples_are_sections_the_api_page_renders_as_code():
                         (path.name, getattr(node, "name", "module"), line)
 
 
+def test_every_public_constant_has_a_docstring():
+    """The API page shows a constant's docstring (the string after it), not a comment."""
+    import ast
+    for path in sorted((ROOT / "xgather").rglob("*.py")):
+        body = ast.parse(path.read_text()).body
+        for k, node in enumerate(body):
+            target = (node.targets[0] if isinstance(node, ast.Assign) else
+                      node.target if isinstance(node, ast.AnnAssign) else None)
+            if not isinstance(target, ast.Name) or not target.id.isupper() \
+                    or target.id.startswith("_"):
+                continue
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            public = {m: getattr(__import__(m, fromlist=["x"]), "__all__", ()) for m in
+                      ("xgather", "xgather.onnx", "xgather.openvino", "xgather.bnns",
+                       "xgather.labview", "xgather.export")}
+            if not any(target.id in names for names in public.values()):
+                continue
+            after = body[k + 1] if k + 1 < len(body) else None
+            assert isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+                and isinstance(after.value.value, str), (module, target.id)
+
+
 def test_the_examples_are_found():
     assert len(EXAMPLES) >= 7, [(s, k) for s, k, _ in EXAMPLES]
 

@@ -418,9 +418,9 @@ def traced(op: str) -> None:
 
 # -- 4. when a failure is raised ---------------------------------------------------------------
 
-#: The most calls of [`checked`][xgather.checked] functions whose flags a thread leaves unread: a
-#: call that finds this many waits for the oldest before it runs (8).
 MAX_PENDING = 8
+"""The most calls of [`checked`][xgather.checked] functions whose flags a thread leaves
+unread: a call that finds this many waits for the oldest before it runs."""
 
 _sync_all = os.environ.get("XGATHER_SYNC_CHECKS", "") not in ("", "0")
 

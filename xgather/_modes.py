@@ -41,6 +41,7 @@ from xgather._errors import XGatherError, choice
 
 Mode = Literal["error", "clip", "fill", "promise_in_bounds"]
 MODES: tuple[str, ...] = ("error", "clip", "fill", "promise_in_bounds")
+"""The modes every op takes (``mode=``); ``None`` is the spec's own rule."""
 
 _LAX_MODE = {
     "error": lax.GatherScatterMode.PROMISE_IN_BOUNDS,  # checked before the gather

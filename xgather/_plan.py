@@ -32,7 +32,8 @@ class Plan:
 
     Attributes:
       op: the operator and version, e.g. ``"onnx.Gather-13"``.
-      data_shape, indices_shape: the shapes the plan was made for.
+      data_shape: the shape of ``data`` the plan was made for.
+      indices_shape: the shape of ``indices`` the plan was made for.
       out_shape: the shape of the result.
       batch_dims: leading dimensions of ``data`` and ``indices`` that pair up
         one to one (``jax.vmap`` over them, or XLA batching dimensions).
@@ -40,9 +41,10 @@ class Plan:
       index_vector: True when the last dimension of ``indices`` holds index
         tuples (GatherND); False when each element is one index.
       negative: whether negative indices count from the end.
-      dimension_numbers, slice_sizes: the arguments of the per-batch
+      dimension_numbers: the ``lax.GatherDimensionNumbers`` of the per-batch
         ``lax.gather`` (the batch dimensions removed where ``lowering`` is
         ``"vmap"``).
+      slice_sizes: the slice sizes of that ``lax.gather``.
       gather_shape: the shape ``lax.gather`` yields; it differs from
         ``out_shape`` only where a spec reshapes the result (OpenVINO
         GatherND-5 folds the batch dimensions into one).

@@ -15,6 +15,7 @@ from xgather._frontend import call, int_attr, planned, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
+"""The index dtypes the BNNS gathers take."""
 
 
 def _check(op, data, indices):

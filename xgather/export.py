@@ -70,8 +70,8 @@ from jax.interpreters import ad, batching
 from xgather import _apply, _check, _dtypes, _frontend, _gather, _grad, _jaxprivate, _lower, _modes
 from xgather._errors import XGatherError, fail
 
-#: The opsets the tests export at.
 TESTED_OPSETS = (17, 18, 19, 20, 21)
+"""The model opsets the tests export at (13 and later are accepted)."""
 
 # The spec's op (plan.op without version or LabVIEW label) -> the ONNX node of its forward
 _KINDS = {"onnx.Gather": "Gather", "openvino.Gather": "Gather", "bnns.Gather": "Gather",
@@ -539,8 +539,8 @@ def register_jax2onnx() -> None:
         since="xgather 0.1.0", testcases=[])(cls)
 
 
-#: The versions the export is tested with (jax on each of the project's Pythons).
 TESTED = {"jax2onnx": ("0.17.1",), "jax": ("0.10.2", "0.12.0.1")}
+"""The versions the export is tested with (jax on each of the project's Pythons)."""
 
 
 def _versions() -> str:

@@ -25,6 +25,7 @@ from xgather._frontend import call, negatives, planned, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
+"""The index dtypes the LabVIEW block takes."""
 
 
 def _label(name, specified_outputs_name) -> str:

@@ -45,10 +45,15 @@ from xgather._frontend import call, int_attr, negatives, planned, shapes, versio
 from xgather._modes import Mode
 
 GATHER_VERSIONS = (1, 7, 8)
+"""The Gather versions ``version=`` takes."""
 GATHER_ND_VERSIONS = (5, 8)
+"""The GatherND versions ``version=`` takes."""
 GATHER_ELEMENTS_VERSIONS = (6,)
+"""The GatherElements version."""
 INDEX_DTYPES = _dtypes.ANY_INTEGER
-ELEMENTS_INDEX_DTYPES = _dtypes.INT32_INDICES  # GatherElements-6's T_IND
+"""The index dtypes Gather and GatherND take (their ``T_IND``: any integer type)."""
+ELEMENTS_INDEX_DTYPES = _dtypes.INT32_INDICES
+"""The index dtypes GatherElements-6 takes (its ``T_IND``)."""
 
 
 def _static_axis(op: str, axis, sh) -> int:

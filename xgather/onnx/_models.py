@@ -89,10 +89,11 @@ def from_node(node, opset: int = 13, **options) -> Callable:
 
     Returns:
       A function of ``(data, indices)`` that runs [`xgather.onnx.gather`][xgather.onnx.gather],
-      [`gather_nd`][xgather.onnx.gather_nd] or [`gather_elements`][xgather.onnx.gather_elements]
-      with the node's ``axis`` or ``batch_dims`` (ONNX default 0). It works
-      under ``jax.jit``, ``jax.grad`` and ``jax.vmap`` as the op does, and
-      ``xgather.explain(f, data, indices)`` shows its plan.
+        [`gather_nd`][xgather.onnx.gather_nd] or
+        [`gather_elements`][xgather.onnx.gather_elements] with the node's ``axis`` or
+        ``batch_dims`` (ONNX default 0). It works under ``jax.jit``, ``jax.grad`` and
+        ``jax.vmap`` as the op does, and ``xgather.explain(f, data, indices)`` shows its
+        plan.
 
     Examples:
         >>> import numpy as np, onnx, xgather

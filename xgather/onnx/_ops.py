@@ -33,12 +33,12 @@ from xgather._errors import fail
 from xgather._frontend import call, int_attr, negatives, planned, shapes
 from xgather._modes import Mode
 
-#: The versions of each served op: the opsets in which its definition changed.
 VERSIONS: Mapping[str, tuple[int, ...]] = {
     "Gather": (1, 11, 13),
     "GatherND": (11, 12, 13),
     "GatherElements": (11, 13),
 }
+"""The versions of each served op: the opsets in which its definition changed."""
 
 #: Each op's attributes, their ONNX defaults, and the op version they appear in.
 ATTRIBUTES: Mapping[str, Mapping[str, tuple[int, int]]] = {
@@ -78,11 +78,14 @@ def resolve(op_type: str, opset: int) -> tuple[str, int]:
     return f"onnx.{op_type}-{version}", version
 
 
-#: The op versions (the opsets in which each op changed); ``opset=`` takes any model opset.
 GATHER_OPSETS = VERSIONS["Gather"]
+"""The opsets in which Gather changed (its versions); ``opset=`` takes any model opset."""
 GATHER_ND_OPSETS = VERSIONS["GatherND"]
+"""The opsets in which GatherND changed (its versions)."""
 GATHER_ELEMENTS_OPSETS = VERSIONS["GatherElements"]
+"""The opsets in which GatherElements changed (its versions)."""
 INDEX_DTYPES = _dtypes.INT32_INDICES
+"""The index dtypes the ONNX ops take (``Tind``; GatherND also int32, as onnxruntime)."""
 
 
 @functools.lru_cache(maxsize=4096)
