@@ -14,7 +14,6 @@ from tests import reference as ref
 
 B, = export.symbolic_shape("B")
 S = jax.ShapeDtypeStruct
-X64 = bool(jax.config.jax_enable_x64)
 
 
 def _b(shape, b):

@@ -81,34 +81,31 @@ def gather_core(plan: Plan, mode: str, fill_value, data, indices, hints: Hints =
 
 # -- the cached jitted functions, and traces made under another library's patches --------------
 
+def _jit_cache(make):
+    """``make`` (which builds a jitted function) cached per arguments, except under
+    another library's patches (an exporter's): there a fresh one, kept nowhere, whose
+    trace would otherwise be reused by later calls outside the export. Keeps the
+    cache's ``cache_clear`` and ``cache_info``."""
+    cached = functools.lru_cache(maxsize=2048)(make)
+
+    @functools.wraps(make)
+    def get(*args):
+        return (make if _patches.foreign() else cached)(*args)
+    get.cache_clear, get.cache_info = cached.cache_clear, cached.cache_info
+    return get
+
+
+@_jit_cache
 def compiled(plan: Plan, mode: str, fill_value, hints: Hints, grad=None):
-    """One jitted function per (plan, mode, fill, hints, grad): same shapes never retrace.
-
-    Under another library's patches (an exporter's), a fresh one, kept nowhere: its
-    trace would otherwise be reused by later calls outside the export.
-    """
-    if _patches.foreign():
-        return _compiled.__wrapped__(plan, mode, fill_value, hints, grad)
-    return _compiled(plan, mode, fill_value, hints, grad)
-
-
-@functools.lru_cache(maxsize=2048)
-def _compiled(plan: Plan, mode: str, fill_value, hints: Hints, grad=None):
+    """One jitted function per (plan, mode, fill, hints, grad): same shapes never retrace."""
     def body(data, indices):
         with jax.named_scope(plan.op):
             return gather_core(plan, mode, fill_value, data, indices, hints, grad)
     return jax.jit(body)
 
 
+@_jit_cache
 def flagged(plan: Plan, fill_value, hints: Hints, grad=None):
-    """``_flagged``, fresh under another library's patches (see ``compiled``)."""
-    if _patches.foreign():
-        return _flagged.__wrapped__(plan, fill_value, hints, grad)
-    return _flagged(plan, fill_value, hints, grad)
-
-
-@functools.lru_cache(maxsize=2048)
-def _flagged(plan: Plan, fill_value, hints: Hints, grad=None):
     """``"error"`` on concrete device indices: one jitted function returning ``(bad, out)``.
 
     ``bad`` is true if some index lies outside the spec's range; ``out`` is the

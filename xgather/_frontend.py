@@ -315,7 +315,7 @@ def clear_caches() -> None:
         >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
         >>> xgather.clear_caches()
     """
-    for cache in (_apply._compiled, _apply._flagged, _plan._take_plan, _plan._nd_plan,
+    for cache in (_apply.compiled, _apply.flagged, _plan._take_plan, _plan._nd_plan,
                   _plan._elements_plan):
         cache.cache_clear()
     RUNNERS.clear()

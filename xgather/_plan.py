@@ -181,12 +181,12 @@ def _known_sizes(op: str, shape: Shape, axes, what: str, shapes) -> None:
     for a in axes:
         if not known(shape[a]):
             fail(op, f"{what}.shape[{a}] must be a known size, not a symbolic dimension "
-                 f"({why_known(what)})", f"{what}.shape[{a}]={shape[a]}", shapes)
+                 f"({_WHY_KNOWN[what]})", f"{what}.shape[{a}]={shape[a]}", shapes)
 
 
-def why_known(what: str) -> str:
-    return ("the indices address this axis, and are checked, wrapped or clamped against "
-            "its size" if what == "data" else "it holds the length of the index tuples")
+_WHY_KNOWN = {"data": "the indices address this axis, and are checked, wrapped or clamped "
+                      "against its size",
+              "indices": "it holds the length of the index tuples"}
 
 
 def _check_batch_shapes(op: str, data_shape: Shape, indices_shape: Shape, b: int, shapes) -> None:
