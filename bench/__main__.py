@@ -136,7 +136,7 @@ def _set_cpu_dispatch(how: str) -> None:
     (JAX's default): only those under 1000 flops, any other on its worker threads."""
     import jax
 
-    import xgather._alloc as alloc
+    from . import _alloc as alloc
     if how == "inline":
         if alloc._backends_started():
             raise SystemExit("xgather-bench: --cpu-dispatch inline must be set before JAX "
@@ -162,7 +162,7 @@ def run(args) -> dict:
     chosen = set(args.systems.split(",")) if args.systems else None
     import jax
 
-    import xgather._alloc as alloc
+    from . import _alloc as alloc
     if args.allocator is None:  # malloc's large blocks matter where XLA allocates with it
         args.allocator = "keep" if _expected_platform(args.device) == "cpu" else "default"
     if args.allocator == "keep":
@@ -481,7 +481,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the main job
         _no_fork()
 
-        import xgather._alloc as alloc
+        from . import _alloc as alloc
         if _expected_platform(None) == "cpu" and not alloc._backends_started():
             alloc.keep_large_allocations()  # before JAX starts, as in the main job
         _set_cpu_dispatch(a.cpu_dispatch)
@@ -549,8 +549,9 @@ def main(argv=None) -> int:
                         "about 2 s of samples a JAX system and 1 s a peer, 15 to 100; with "
                         "--quick a twentieth of that, 7 to 30)")
     p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
-                   help="keep: xgather.keep_large_allocations() first (the default on CPU); "
-                        "default: glibc as it comes; both: each in its own process")
+                   help="keep: glibc keeps large blocks, set first (bench/_alloc.py; the "
+                        "default on CPU); default: glibc as it comes; both: each in its own "
+                        "process")
     p.add_argument("--cpu-dispatch", choices=("async", "inline"), default="async",
                    help="async (JAX's default): XLA's CPU client runs a program of 1000 "
                         "flops or more on its worker threads; inline: every program on the "

@@ -99,16 +99,13 @@ def checks(w, mode) -> bool:
     return (mode or "error") == "error" and w.op != "openvino.gather7"
 
 
-def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), element_gather=None,
-                   **kw) -> Runner:
+def xgather_runner(w, d, i, mode=None, extra=(), element_gather=None, **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
     ``d``, ``i``: device arrays from :func:`jax_inputs`; ``extra``: a model step's
-    weights, on the same device. ``grad_scatter``: the
-    gradient's scatter-add form (:func:`xgather.grad_scatter`), set around every call
-    (it is part of the trace context, so of the jit cache's key). ``element_gather``:
-    the element gathers' lowering (:func:`xgather.lowering`), set around the first call,
-    which traces the program that every later call runs.
+    weights, on the same device. ``element_gather``: the element gathers' lowering
+    (:func:`xgather.lowering`), set around the first call, which traces the program that
+    every later call runs.
     """
     import jax
 
@@ -126,13 +123,9 @@ def xgather_runner(w, d, i, mode=None, grad_scatter=None, extra=(), element_gath
                 out = g(*args)
             traced.append(True)
             return out
-    if grad_scatter is None:
-        def run():
-            return jax.block_until_ready(f(d, i, *extra))
-    else:
-        def run():
-            with xgather.grad_scatter(grad_scatter):
-                return jax.block_until_ready(f(d, i, *extra))
+
+    def run():
+        return jax.block_until_ready(f(d, i, *extra))
     run.pipelined = lambda n: jax.block_until_ready([f(d, i, *extra) for _ in range(n)][-1])
     return run
 
@@ -507,11 +500,6 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
             # data (off by default until a GPU measurement shows it paying).
             out[LINEAR] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
                                          element_gather="linear", negative_indices=False)
-        if w.op == "grad" and (on_gpu or not w.cpu_default):
-            # The gradient with its indices sorted first: which form a GPU's jaxlib
-            # runs faster (atomics under contention) is read off this pair.
-            out["xgather[promise,sorted]"] = xgather_runner(
-                w, d, i, "promise_in_bounds", grad_scatter="sorted", negative_indices=False)
     if want("lax"):
         out["lax"] = lax_runner(w, d, i, extra)
     if want_host("numpy") and (r := numpy_runner(w, data, idx)) is not None:

@@ -1,4 +1,5 @@
-"""keep_large_allocations: page faults per call of a gather whose output is over 64 MiB.
+"""The bench's keep_large_allocations (bench/_alloc.py): page faults per call of a gather
+whose output is over 64 MiB.
 
 Each case runs in a fresh interpreter, since the malloc settings are process-wide
 and only reach threads that have not yet allocated. The measure is the kernel's
@@ -31,13 +32,14 @@ import numpy as np
 warnings.simplefilter("always")
 import jax
 import xgather
+from xgather_bench import _alloc as alloc
 mode = sys.argv[1]
 caught = []
 with warnings.catch_warnings(record=True) as caught:
     if mode == "late":  # after XLA's worker threads have allocated (each has its own arena)
         for _ in range(4):
             jax.jit(lambda t: t * 2)(np.ones((50_000, 512), np.float32)).block_until_ready()
-    kept = xgather.keep_large_allocations() if mode != "default" else None
+    kept = alloc.keep_large_allocations() if mode != "default" else None
 rng = np.random.default_rng(0)
 table = jax.device_put(rng.standard_normal((50_000, 512), dtype=np.float32))
 idx = jax.device_put(rng.integers(0, 50_000, 64).astype(np.int32))

@@ -646,26 +646,6 @@ def test_gradient_variants_draw_repeated_or_unique_rows():
         2 * (2 * 1024 * 512 * 2 + 1024 * 8) + 6250 * 512 * 2
 
 
-def test_the_sorted_gradient_runs_beside_promise_on_the_gradient_variants_and_on_a_gpu(
-        monkeypatch):
-    import types
-    none = {"onnxruntime": False, "openvino": False, "torch": False}
-    # Which systems are built, not run: fake devices (JAX may have no CPU backend, as
-    # under JAX_PLATFORMS=cuda), whose arrays stay on the host.
-    monkeypatch.setattr(systems, "jax_inputs", lambda d, i, device: (d, i))
-    cpu = types.SimpleNamespace(platform="cpu")
-    for key in ("W9r", "W9u", "W9r-bf16", "W9u-bf16"):
-        w = WORKLOADS[key]
-        assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), cpu, none,
-                                                          {"xgather"})
-    w = WORKLOADS["W9"]  # the CPU main job's gradient keeps its systems
-    assert "xgather[promise,sorted]" not in systems.build(w, *w.arrays("tiny"), cpu, none,
-                                                          {"xgather"})
-    # On a GPU every gradient workload has it.
-    assert "xgather[promise,sorted]" in systems.build(w, *w.arrays("tiny"), _fake_gpu(),
-                                                      none, {"xgather"})
-
-
 def test_the_linear_element_lowering_runs_on_a_gpu_and_where_named(monkeypatch):
     import types
     none = {"onnxruntime": False, "openvino": False, "torch": False}

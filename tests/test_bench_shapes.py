@@ -53,10 +53,9 @@ def test_every_workload_has_every_size():
 
 
 def _jax_programs(w):
-    """``{system: (f, sorted)}``: the programs ``systems.build`` runs for xgather and lax,
-    as functions of ``(data, indices, *weights)``; ``sorted``: under
-    ``xgather.grad_scatter("sorted")``. The default runs under ``xgather.checked``, which
-    cannot be traced inside ``jax.eval_shape``: its checkify (user checks) stands in."""
+    """``{system: f}``: the programs ``systems.build`` runs for xgather and lax, as
+    functions of ``(data, indices, *weights)``. The default runs under ``xgather.checked``,
+    which cannot be traced inside ``jax.eval_shape``: its checkify (user checks) stands in."""
     from jax.experimental import checkify
     default = systems._xgather_fn(w, None)
     if systems.checks(w, None):
@@ -65,11 +64,7 @@ def _jax_programs(w):
         def default(*args, checked=checked):
             return checked(*args)[1]
     promise = systems._xgather_fn(w, "promise_in_bounds", negative_indices=False)
-    out = {"xgather": (default, False), "xgather[promise]": (promise, False),
-           "lax": (systems.lax_fn(w), False)}
-    if w.op == "grad":
-        out["xgather[promise,sorted]"] = (promise, True)
-    return out
+    return {"xgather": default, "xgather[promise]": promise, "lax": systems.lax_fn(w)}
 
 
 def _shapes(out):
@@ -79,8 +74,6 @@ def _shapes(out):
 @pytest.mark.parametrize(("key", "size"), CASES)
 def test_the_jax_systems_trace_at_every_size(key, size):
     import jax
-
-    import xgather
     w = WORKLOADS[key]
     dshape, ishape = w.shapes(size)
     # JAX reads the int64 indices as int32 where x64 is off (systems.jax_inputs)
@@ -90,13 +83,8 @@ def test_the_jax_systems_trace_at_every_size(key, size):
     if w.step is not None:
         args.append(jax.ShapeDtypeStruct(steps.weight_shape(w, dshape, ishape), np.float32))
     want = _expected(w, dshape, ishape)
-    for name, (f, sort) in _jax_programs(w).items():
-        if sort:
-            with xgather.grad_scatter("sorted"):
-                out = jax.eval_shape(f, *args)
-        else:
-            out = jax.eval_shape(f, *args)
-        assert _shapes(out) == want, name
+    for name, f in _jax_programs(w).items():
+        assert _shapes(jax.eval_shape(f, *args)) == want, name
 
 
 @pytest.mark.parametrize(("key", "size"), CASES)

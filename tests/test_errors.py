@@ -129,7 +129,7 @@ def test_error_classes_are_standard_exceptions():
     assert issubclass(OutOfBoundsError, IndexError)
 
 
-# Large index arrays: the eager flag's blocks (xgather._check._BLOCKED_ABOVE) and the traced
+# Large index arrays: the eager flag's blocks (xgather._indices._BLOCKED_ABOVE) and the traced
 # check's one reduction; the first bad index and the count must come out the same
 # wherever it lies: in the first block, mid-array, or in the ragged tail.
 @pytest.mark.parametrize("shape", [(32768,), (33000,), (3, 41, 997)])
@@ -155,7 +155,7 @@ def test_large_index_arrays_report_the_first_bad_index(shape, where):
     np.testing.assert_array_equal(f(data, good.astype(np.int32)), data[good])
 
 
-# The flag takes one form per size on XLA:CPU (xgather._check.reduce_any and XLA's own choice):
+# The flag takes one form per size on XLA:CPU (xgather._indices.any_true and XLA's own choice):
 # one unrolled max up to a few dozen values, jnp.any up to 4095 beside small gathers (rows
 # of 2 here), padded to 4096 beside large ones (rows of 512), the library max up to
 # _BLOCKED_ABOVE, blocked above. A single bad value at either end must be caught by each, on
@@ -177,7 +177,7 @@ def test_every_flag_form_catches_one_bad_index(n, width, where):
     assert "reduce[" in traced and "reduce_max" not in traced and "reduce_or" not in traced
     # Eager device indices: the flag in the backend's form.
     plan = xgather.explain(xgather.onnx.gather_nd, data, idx)
-    program = str(jax.make_jaxpr(_apply.flagged(plan, None, _gather.NO_HINTS))(data, idx))
+    program = str(jax.make_jaxpr(_apply.flag_program(_gather.Call(plan, "error")))(data, idx))
     padded = "pad[" in program
     # Above 32768 the blocks leave 1025 values, padded beside a large gather (65538 values).
     # The jaxpr holds the form of the plan's backend (JAX's default): on XLA:CPU, the max.

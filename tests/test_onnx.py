@@ -202,8 +202,9 @@ def test_same_shapes_do_not_retrace():
         xgather.onnx.gather(data, idx, 1)
     assert len(traces) == 1
     plan = xgather.explain(xgather.onnx.gather, data, idx, 1)
-    from xgather._apply import NO_HINTS, compiled
-    fn = compiled(plan, "promise_in_bounds", None, NO_HINTS, None)
+    from xgather._apply import program
+    from xgather._gather import Call
+    fn = program(Call(plan, "promise_in_bounds"))
     assert fn._cache_size() == 1
     xgather.onnx.gather(data + 1, idx - 1, 1)
     assert fn._cache_size() == 1

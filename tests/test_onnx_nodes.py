@@ -283,7 +283,7 @@ def counted(monkeypatch):
         def counting(*args, _fn=fn, _op=op_type, **kwargs):
             calls.append((_op, kwargs.get("opset")))
             return _fn(*args, **kwargs)
-        monkeypatch.setattr(xgather.onnx, fn.__name__, counting)
+        monkeypatch.setattr(xgather.onnx._ops, fn.__name__, counting)
     return calls
 
 

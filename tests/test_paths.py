@@ -1,4 +1,4 @@
-"""Every fast path against the NumPy loops: cached eager calls, the flagged program, the fast
+"""Every fast path against the NumPy loops: cached eager calls, the flag program, the fast
 ``xgather.checked``, both places of the negative wrap, and the lowering of other backends.
 
 Each path is taken on purpose (the test asserts which one ran) and must give the same
@@ -236,7 +236,7 @@ def test_device_indices_take_one_exact_program(branch_wrap):
     data = jnp.asarray(np.arange(30, dtype=np.float32).reshape(5, 6))
     idx = np.array([0, 5, 3], np.int32)
     plan = xgather.explain(G, data, idx, 1)
-    exact = _apply.flagged(plan, None, _gather.NO_HINTS, None)
+    exact = _apply.flag_program(_gather.Call(plan, "error"))
     before = exact._cache_size()
     for i in ([0, 5, 3], [-6, 5, -1], [1, 2, 3], [-2, 0, 0]):
         i = np.array(i, np.int32)

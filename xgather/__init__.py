@@ -1,11 +1,9 @@
 """xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
 
 from xgather import bnns, labview, onnx, openvino, sharded
-from xgather._alloc import keep_large_allocations
 from xgather._check import MAX_PENDING, checked, raise_if_error, sync_checks
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
 from xgather._frontend import clear_caches, explain
-from xgather._grad import grad_scatter
 from xgather._lower import lowering
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan
@@ -35,8 +33,6 @@ __all__ = [
     "default_mode",
     "explain",
     "export",
-    "grad_scatter",
-    "keep_large_allocations",
     "bnns",
     "labview",
     "lowering",

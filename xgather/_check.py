@@ -2,7 +2,7 @@
 
 Read top to bottom, this module is the whole check:
 
-1. **The flag** (``any_bad``): one boolean, "some index lies outside the
+1. **The flag** (``xgather._indices.out_of_range``): one boolean, "some index lies outside the
    spec's range", reduced beside the gather in the form each backend runs fastest:
    what an eager call on device indices reads.
 2. **The report** (``report_format``, ``report_args``): the op, the first
@@ -23,7 +23,7 @@ Read top to bottom, this module is the whole check:
 
 Eager calls raise at the call: NumPy indices are checked on the host while the
 gather runs; device indices by a program that returns the flag beside the result
-(``xgather._apply.concrete_runner``).
+(``xgather._apply.eager_runner``). ``gather`` puts the check beside a gather.
 """
 
 from __future__ import annotations
@@ -46,74 +46,32 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _jaxprivate, _lower, _patches
+from xgather import _indices, _jaxprivate, _patches
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
-from xgather._modes import TraceState, valid, widen
+from xgather._gather import Call
+from xgather._modes import TraceState
 
 # -- 1. the flag -------------------------------------------------------------------------------
 
-# Above this many indices, the flag's first stage reduces (rows, lanes) blocks.
-_BLOCKED_ABOVE = 1 << 15
-# XLA:CPU runs a float32 max over _LIBRARY_MIN or more values as a library kernel; over
-# fewer it compiles loops (one unrolled loop up to _UNROLLED_MAX values). Beside large
-# gathers, flags of _UNROLLED_MAX+1 to _LIBRARY_MIN-1 values are padded up to _LIBRARY_MIN,
-# which compiles faster and costs a little per call, hidden by such a gather. Beside small
-# gathers (Plan.small) the padding would be a large part of the call, so their flags are
-# not padded: a boolean jnp.any compiles faster than the float loops there and runs as
-# fast. Over several thousand values jnp.any compiles slowly, hence the float max
-# everywhere else. The measurements behind these choices: docs/lowering.md.
-_LIBRARY_MIN, _UNROLLED_MAX = 1 << 12, 32
-_BLOCK_ROWS, _BLOCK_LANES = 32, 128
+def gather(call: Call, data, indices, *, flag: bool = False):
+    """``(bad, out)``: ``call``'s gather (``xgather._indices.gather``), checked.
 
-
-def reduce_any(bad, pad: bool = True, *, platform: str):
-    """``bad.any()``, in the form ``platform``'s choices name (``xgather._lower``): the
-    one XLA:CPU compiles and runs fastest there, ``jnp.any`` elsewhere.
-
-    On XLA:CPU the flag is a float32 max, which goes to a library kernel (a
-    boolean reduction of many values becomes a tree of scalar loops, slow to
-    compile and to run). With ``pad``, fewer than ``_LIBRARY_MIN`` values (but
-    more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size;
-    without it they are reduced by ``jnp.any``. Above ``_BLOCKED_ABOVE``, a first
-    stage reduces (rows, lanes) blocks over their rows, fused with the compare
-    that makes ``bad``. ``platform`` is the plan's: both forms compute the same
-    flag, so a program lowered for another platform stays exact.
+    In the ``"error"`` mode the traced check goes in beside it (``emit``), whose flag
+    ``bad`` is; with ``flag`` (an eager call on device indices) ``bad`` is the flag
+    alone, which the caller reads; otherwise ``bad`` is None. A program that checks
+    wraps negative indices inside the gather.
     """
-    flat = bad.ravel()
-    n = flat.size
-    if not isinstance(n, int):  # a symbolic size (jax.export): the plain form
-        return jnp.any(flat)
-    if n == 0:
-        return jnp.zeros((), bool)
-    if _lower.choices(platform).flag != "float max":
-        return jnp.any(flat)
-    m, _, size = _cpu_flag_steps(n, pad)
-    if m:
-        lanes = flat[:m].reshape(-1, _BLOCK_ROWS, _BLOCK_LANES).any(axis=1).ravel()
-        flat = jnp.concatenate([lanes, flat[m:]]) if m < n else lanes
-    if size > flat.size:
-        flat = jnp.pad(flat, (0, size - flat.size))
-    if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
-        return jnp.any(flat)
-    return jnp.max(flat.astype(jnp.float32)) > 0
+    checks = call.mode == "error" or flag
+    bad = _flag(call.plan, indices, report=call.mode == "error") if checks else None
+    return bad, _indices.gather(call, data, indices, inline_wrap=checks)
 
 
-def _cpu_flag_steps(n: int, pad: bool = True) -> tuple[int, int, int]:
-    """``(m, read, size)``: how ``reduce_any`` reduces ``n`` values on XLA:CPU. The
-    first ``m`` are reduced in (rows, lanes) blocks first (0: none), leaving ``read``
-    values, which the float32 max reads padded to ``size``."""
-    block = _BLOCK_ROWS * _BLOCK_LANES
-    m = n // block * block if n > _BLOCKED_ABOVE else 0
-    read = size = m // _BLOCK_ROWS + n - m
-    if pad and _UNROLLED_MAX < read < _LIBRARY_MIN:
-        size = _LIBRARY_MIN
-    return m, read, size
-
-
-def any_bad(plan, indices):
-    """The flag: some index lies outside the spec's range (before any wrap)."""
-    return reduce_any(jnp.logical_not(valid(plan, indices, jnp)), pad=not plan.small,
-                      platform=plan.platform)
+def _flag(plan, indices, report: bool):
+    """The traced check (``report``: ``emit``), or the flag alone
+    (``xgather._indices.out_of_range``)."""
+    if not report:
+        return _indices.out_of_range(plan, indices)
+    return emit(plan, _indices.fit_dtype(plan, indices))
 
 
 def flag_text(plan) -> str:
@@ -123,21 +81,7 @@ def flag_text(plan) -> str:
         return 'bound check (mode="error"): no index to check'
     return ('bound check (mode="error"): under a transformation, one reduction over the '
             f"{n} index values counts the bad ones and finds the first; on device indices "
-            "eagerly, " + _flag_form(plan, n))
-
-
-def _flag_form(plan, n: int) -> str:
-    """The form of ``any_bad`` over ``n`` index values."""
-    if _lower.choices(plan.platform).flag != "float max" or not isinstance(n, int):
-        return f"jnp.any over the {n} index values"
-    m, read, size = _cpu_flag_steps(n, pad=not plan.small)
-    blocks = (f"{m} of them in ({_BLOCK_ROWS}, {_BLOCK_LANES}) blocks first, then " if m
-              else "")
-    if _UNROLLED_MAX < size < _LIBRARY_MIN:  # not padded: beside a small gather
-        return f"jnp.any over the {n} index values" + (f" ({blocks}over {read})" if m else "")
-    kind = "one unrolled max" if size <= _UNROLLED_MAX else "the library max"
-    padded = f" padded to {size}" if size > read else ""
-    return f"a float32 max over the {n} index values ({blocks}{kind} over {read}{padded})"
+            "eagerly, " + _indices.any_form(n, plan.flag_form, pad=not plan.small))
 
 
 # -- 2. the report -----------------------------------------------------------------------------
@@ -176,7 +120,7 @@ def report_format(plan, ndim: int, where: str = "") -> str:
 
 def report_args(plan, indices):
     """The values ``report_format`` shows, packed in one array, from concrete indices."""
-    bad = np.logical_not(valid(plan, indices, np)).ravel()
+    bad = np.logical_not(_indices.valid(plan, indices, np)).ravel()
     first = int(np.argmax(bad))
     return np.asarray(_report_values(plan, indices, bad.sum(), first, np))
 
@@ -207,7 +151,7 @@ def _report_list(plan, shape, count, first, value, xp):
 def _count_first(plan, indices):
     """``(count, first)`` of the indices outside the spec's range: how many, and the flat
     position of the first (its size where none is), in one variadic reduction."""
-    bad = jnp.logical_not(valid(plan, indices, jnp)).ravel()
+    bad = jnp.logical_not(_indices.valid(plan, indices, jnp)).ravel()
     n = bad.size
     kind = jnp.int64 if n >= np.iinfo(np.int32).max else jnp.int32
     count, first = bad.astype(kind), jnp.where(bad, lax.iota(kind, n), n)
@@ -256,7 +200,7 @@ def host_check(plan, indices) -> None:
     indices = np.asarray(indices)
     if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
         return
-    indices = widen(plan, indices)  # room for sizes and counts
+    indices = _indices.fit_dtype(plan, indices)  # room for sizes and counts
     raise OutOfBoundsError(report_format(plan, indices.ndim).format(report_args(plan, indices)))
 
 

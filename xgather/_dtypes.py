@@ -307,33 +307,33 @@ def index_array(op: str, indices, allowed=INT32_INDICES, shapes=None, check=None
     check_index_dtype(op, indices, allowed, shapes)
     if not hasattr(indices, "dtype"):
         indices = np.asarray(indices).astype(index_dtype(indices))
-    elif isinstance(indices, np.generic):  # a NumPy scalar: narrowed below as arrays are
+    elif isinstance(indices, np.generic):  # a NumPy scalar: converted below as arrays are
         indices = np.asarray(indices)
-    if isinstance(indices, np.ndarray) and narrowing(indices.dtype) is not None:
-        indices = narrowed(indices, check)
+    if isinstance(indices, np.ndarray) and int32_conversion(indices.dtype) is not None:
+        indices = saturated_int32(indices, check)
     return indices
 
 
-def narrowing(dtype):
-    """How NumPy indices of ``dtype`` are converted before a gather: ``narrowed`` where
-    they are 64-bit and x64 is off, else None (they go as they are).
+def int32_conversion(dtype):
+    """How NumPy indices of ``dtype`` are converted before a gather: ``saturated_int32``
+    where they are 64-bit and x64 is off, else None (they go as they are).
 
-    A cached eager call (``xgather._frontend.call``) settles this once: its
-    signature fixes the dtype and the x64 flag, and its first call checked the dtype.
+    A cached eager call (``xgather._frontend``) resolves this once: its signature
+    fixes the dtype and the x64 flag, and its first call checked the dtype.
     """
-    return narrowed if np.dtype(dtype).itemsize == 8 and not x64() else None
+    return saturated_int32 if np.dtype(dtype).itemsize == 8 and not x64() else None
 
 
-def narrowed(indices: np.ndarray, check=None) -> np.ndarray:
+def saturated_int32(indices: np.ndarray, check=None) -> np.ndarray:
     """64-bit NumPy indices as 32-bit ones, values beyond the 32-bit type saturated into
     it (``check`` sees them first, as given: see ``index_array``)."""
-    narrow = np.dtype(np.int32 if indices.dtype.kind == "i" else np.uint32)
-    info = np.iinfo(narrow)
+    int32 = np.dtype(np.int32 if indices.dtype.kind == "i" else np.uint32)
+    info = np.iinfo(int32)
     if indices.size and (indices.max() > info.max or indices.min() < info.min):
         if check is not None:
             check(indices)
         indices = np.clip(indices, info.min, info.max)
-    return indices.astype(narrow)
+    return indices.astype(int32)
 
 
 def needs_host(data) -> bool:

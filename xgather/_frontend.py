@@ -1,12 +1,16 @@
-"""Small helpers shared by the spec frontends, and the per-signature cache of eager calls.
+"""How a spec frontend declares an op (``op``), what every call of one
+does before it runs, and the per-signature cache of eager calls.
 
-An eager call (concrete arrays in, no transformation) is settled once per
+A frontend declares each op once: its signature and docstring, the planner that
+turns its arguments into a plan, and the index dtypes it takes. The decorator owns
+the rest: the cache lookup, the plan, the options resolved and the run.
+
+An eager call (concrete arrays in, no transformation) is resolved once per
 signature: the op's name, the shapes, dtypes and kinds (JAX or NumPy) of
 ``data`` and ``indices``, every other argument, the process-wide default
-mode and the x64 flag. The first call runs the frontend as usual and leaves
-behind a runner (``xgather._apply.concrete_runner``); later calls with
-the same signature go straight to it: one dict lookup, then the jitted
-program, with the same checks and errors.
+mode and the x64 flag. The first call runs as usual and leaves behind a runner
+(``xgather._apply.eager_runner``); later calls with the same signature go straight
+to it: one dict lookup, then the jitted program, with the same checks and errors.
 """
 
 from __future__ import annotations
@@ -15,9 +19,8 @@ import dataclasses
 import functools
 import inspect
 import math
-import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import jax
 import numpy as np
@@ -28,7 +31,6 @@ from xgather import (
     _check,
     _dtypes,
     _gather,
-    _grad,
     _jaxprivate,
     _lower,
     _modes,
@@ -36,13 +38,15 @@ from xgather import (
     _plan,
 )
 from xgather._errors import XGatherTypeError, fail
+from xgather._gather import Call
 from xgather._plan import Plan
 
-#: Signature -> runner, filled by ``call``; [`clear_caches`][xgather.clear_caches] empties it.
+#: Signature -> runner, filled by the ops' first eager calls;
+#: [`clear_caches`][xgather.clear_caches] empties it.
 RUNNERS: dict = {}
-#: At this many signatures the cache starts afresh (as ``compiled``'s holds 2048 programs).
+#: At this many signatures the cache starts afresh (as ``xgather._apply.program``'s holds 2048
+#: programs).
 RUNNERS_MAX = 2048
-_pending = threading.local()  # the signature of the eager call being settled
 
 
 _JAX_ARRAY = _jaxprivate.ARRAY_IMPL  # without it, eager calls are not cached (still exact)
@@ -54,7 +58,7 @@ _INEXACT = (float, complex, np.inexact)
 def signature(op, args: tuple, kwargs: dict):
     """The cache key of an eager call, or None where its arrays are not concrete (tracers,
     lists, subclasses). A key holding an unhashable attribute (an array as ``axis``) is no
-    key either: ``cached`` finds that out when it looks the key up.
+    key either: the op finds that out when it looks the key up.
 
     A JAX array enters as its aval (shape, dtype, weak type: one attribute, hashed
     once), a NumPy array as its shape and dtype; written out inline, since every
@@ -111,32 +115,6 @@ def _name(op) -> str:
     return f"{op.__module__.removesuffix('._ops')}.{op.__name__}"
 
 
-def cached(op):
-    """``op`` with its eager calls cached per signature (see the module docstring)."""
-    where = _name(op)
-
-    @functools.wraps(op)
-    def wrapper(*args, **kwargs):
-        if len(args) < 2 or not (_plain(args[0]) and _plain(args[1])) or kwargs:
-            args, kwargs = _inputs(where, args, kwargs)
-        key = signature(wrapper, args, kwargs)
-        if key is None:
-            return op(*args, **kwargs)
-        try:
-            runner = RUNNERS.get(key)
-        except TypeError:  # an unhashable attribute: no signature
-            return op(*args, **kwargs)
-        if runner is not None:
-            return runner(args[0], args[1])
-        outer = getattr(_pending, "key", None)
-        _pending.key = key
-        try:
-            return op(*args, **kwargs)
-        finally:
-            _pending.key = outer
-    return wrapper
-
-
 def versioned(spec: str, name: str, version, supported: tuple[int, ...], what: str) -> str:
     """``"onnx.Gather-13"``, or an error that lists the supported versions."""
     if isinstance(version, bool) or not isinstance(version, int | np.integer) or \
@@ -191,11 +169,12 @@ def int_attr(op: str, name: str, value, sh=None) -> int:
     return number
 
 
-def negatives(op: str, negative_indices, sh) -> bool:
-    """The ``negative_indices`` option: True (the spec's rule) or False (``[0, s-1]`` only)."""
-    if not isinstance(negative_indices, bool | np.bool_):
-        fail(op, "negative_indices must be a bool", repr(negative_indices), sh)
-    return bool(negative_indices)
+def bool_option(op: str, name: str, value, sh=None, note: str = "") -> bool:
+    """A boolean option (``negative_indices``, the promises to XLA, LabVIEW's ``training``):
+    a bool or NumPy bool, no truthy guesses."""
+    if not isinstance(value, bool | np.bool_):
+        fail(op, f"{name} must be a bool{note}", repr(value), sh)
+    return bool(value)
 
 
 def data_dtype(data) -> np.dtype:
@@ -205,20 +184,26 @@ def data_dtype(data) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(np.asarray(data).dtype))
 
 
-def settle(plan, data, indices, allowed, mode, fill_value, spec_default="error"):
-    """What every call settles before it runs: ``(shapes, mode, fill_value, check, indices)``.
+def resolve_call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error",
+                 indices_are_sorted=False, unique_indices=False, grad=None, out_sharding=None):
+    """What every call resolves before it runs: ``(call, indices, check)``.
 
-    The axes addressable, the mode resolved, ``fill_value`` checked against
-    ``data``'s dtype, and the indices converted (``xgather._dtypes.index_array``);
-    ``check`` is the ``"error"`` mode's host check (None otherwise), which sees
-    indices beyond int32 as given before they are saturated.
+    The axes addressable, the options checked, the mode resolved, ``fill_value``
+    checked against ``data``'s dtype, and the indices converted
+    (``xgather._dtypes.index_array``); ``check`` is the ``"error"`` mode's host check
+    (None otherwise), which sees indices beyond int32 as given before they are
+    saturated.
     """
     check_addressable(plan)
     sh = shapes(data, indices)
     mode = _modes.resolve(plan.op, mode, spec_default)
     fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
     check = functools.partial(_check.host_check, plan) if mode == "error" else None
-    return sh, mode, fill_value, check, _dtypes.index_array(plan.op, indices, allowed, sh, check)
+    indices = _dtypes.index_array(plan.op, indices, allowed, sh, check)
+    sorted_ = bool_option(plan.op, "indices_are_sorted", indices_are_sorted, sh)
+    unique = bool_option(plan.op, "unique_indices", unique_indices, sh)
+    check_out_sharding(plan, out_sharding, data, sh)
+    return Call(plan, mode, fill_value, sorted_, unique, out_sharding, grad), indices, check
 
 
 def _axes(entry) -> tuple:
@@ -264,38 +249,51 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
              "while jax_enable_x64 is off, are gathered on the host", str(data_dtype(data)), sh)
 
 
-def call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error",
-         indices_are_sorted=False, unique_indices=False, grad=None, out_sharding=None):
-    """Every frontend's last step: indices checked and converted, mode resolved, plan run.
-
-    On the first eager call of a signature the runner is also cached.
-    """
-    sh, mode, fill_value, check, idx = settle(plan, data, indices, allowed, mode, fill_value,
-                                              spec_default)
-    for name, flag in (("indices_are_sorted", indices_are_sorted),
-                       ("unique_indices", unique_indices)):
-        if not isinstance(flag, bool | np.bool_):  # promises to XLA: no truthy guesses
-            fail(plan.op, f"{name} must be a bool", repr(flag), sh)
-    check_out_sharding(plan, out_sharding, data, sh)
-    key = getattr(_pending, "key", None)
-    if key is not None and not _dtypes.needs_host(data) and not _patches.foreign():
-        _pending.key = None  # the signature is settled here, for this call alone
-        _dtypes.check_data(plan.op, data, sh)
-        hints = _gather.Hints(bool(indices_are_sorted), bool(unique_indices), out_sharding)
-        gather = _apply.concrete_runner(plan, mode, fill_value, hints, grad, idx)
-        runner = gather
+def _run(key, call: Call, data, indices, given, check):
+    """Run ``call``; on the first eager call of a signature (``key``), cache its runner.
+    ``given``: the indices as the caller gave them, ``indices`` as converted."""
+    plan = call.plan
+    if _dtypes.needs_host(data):
+        return _host_run(call, data, indices)
+    checked = _dtypes.check_data(plan.op, data, shapes(data, indices))
+    if key is not None and not _patches.foreign():
+        gather = runner = _apply.eager_runner(call, indices)
         # NumPy indices: the signature fixes their dtype (checked above) and the x64 flag,
-        # so a call converts them only where they are narrowed (64-bit ones, x64 off).
-        convert = _dtypes.narrowing(indices.dtype) if isinstance(indices, np.ndarray) else None
+        # so a call converts them only where they are saturated (64-bit ones, x64 off).
+        convert = _dtypes.int32_conversion(given.dtype) if isinstance(given, np.ndarray) \
+            else None
         if convert is not None:
             def runner(data, indices):
                 return gather(data, convert(indices, check))
         if len(RUNNERS) >= RUNNERS_MAX:  # a program's runners, not every shape ever seen
             RUNNERS.clear()
         RUNNERS[key] = runner
-        return gather(data, idx)  # idx: converted above already
-    return _apply.run(plan, data, idx, mode, fill_value, indices_are_sorted=indices_are_sorted,
-                      unique_indices=unique_indices, grad=grad, out_sharding=out_sharding)
+        return gather(data, indices)  # as later calls pass data; the indices converted already
+    return _apply.run(plan, checked, indices, call.mode, call.fill_value,
+                      indices_are_sorted=call.indices_are_sorted,
+                      unique_indices=call.unique_indices, grad=call.grad,
+                      out_sharding=call.out_sharding)
+
+
+def _host_run(call: Call, data, indices):
+    """Data JAX cannot hold (strings; 64-bit NumPy data while x64 is off): gathered on the
+    host at positions the op computes on the device (``xgather._dtypes.host_gather``)."""
+    plan = call.plan
+    if _dtypes.is_traced(indices):
+        _no_host_path(plan, data, "under a JAX transformation")
+    try:
+        return _dtypes.host_gather(
+            plan.op, data,
+            lambda iota, fill: _apply.run(plan, iota, indices, call.mode, fill),
+            call.fill_value if call.mode == "fill" else None)
+    except jax.errors.TracerArrayConversionError:  # constant indices inside jax.jit
+        _no_host_path(plan, data, "inside jax.jit")
+
+
+def _no_host_path(plan, data, where: str) -> NoReturn:
+    fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, take the host "
+         f"path, which cannot run {where}", str(data.dtype),
+         {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
 
 
 def clear_caches() -> None:
@@ -315,7 +313,7 @@ def clear_caches() -> None:
         >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
         >>> xgather.clear_caches()
     """
-    for cache in (_apply.compiled, _apply.flagged, _plan._take_plan, _plan._nd_plan,
+    for cache in (_apply.program, _apply.flag_program, _plan._take_plan, _plan._nd_plan,
                   _plan._elements_plan):
         cache.cache_clear()
     RUNNERS.clear()
@@ -324,14 +322,64 @@ def clear_caches() -> None:
 _Op = TypeVar("_Op", bound=Callable[..., Any])
 
 
-def planned(planner: Callable[..., Plan]) -> Callable[[_Op], _Op]:
-    """Attach ``planner`` (same arguments as the op, no arrays needed) to a frontend op,
-    and cache the op's eager calls per signature. The op keeps its signature."""
-    def attach(op: _Op) -> _Op:
-        wrapper = cached(op)
-        wrapper.__xgather_plan__ = planner
+def op(planner: Callable[..., Plan], index_dtypes: tuple, *, spec_default: str = "error",
+       gradient: Callable[..., tuple[bool, float]] | None = None,
+       run: Callable | None = None) -> Callable[[_Op], _Op]:
+    """Declare a frontend op. The decorated function is the declaration (its signature
+    and docstring; its body is not run); this decorator makes it the op.
+
+    ``planner`` takes the op's arguments (no arrays needed: anything with ``.shape``
+    and ``.dtype``) and returns its plan, every static rule checked; ``index_dtypes``
+    are the index dtypes the op takes; ``spec_default`` the mode of ``mode=None``
+    where the spec defines out-of-range results (OpenVINO Gather: ``"fill"``);
+    ``gradient`` (LabVIEW) takes the plan and the arguments and returns the
+    ``(training, coeff)`` that reshape the derivative. ``run`` replaces the plain run
+    (``xgather.sharded``): it takes the plan, ``data``, ``indices`` and the other
+    arguments by name, and eager calls are not cached.
+
+    A call: the signature's runner where an eager call of it ran before (one dict
+    lookup), else the plan, the options resolved (``resolve_call``) and the run, whose
+    runner is cached where the call is eager.
+    """
+    def declare(fn: _Op) -> _Op:
+        where = _name(fn)
+        params = inspect.signature(fn)
+        data_name, indices_name = list(params.parameters)[:2]
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if len(args) < 2 or not (_plain(args[0]) and _plain(args[1])) or kwargs:
+                args, kwargs = _inputs(where, args, kwargs)
+            key = None if run is not None else signature(wrapper, args, kwargs)
+            if key is not None:
+                try:
+                    runner = RUNNERS.get(key)
+                except TypeError:  # an unhashable attribute: no signature
+                    runner = key = None
+                if runner is not None:
+                    return runner(args[0], args[1])
+            try:
+                bound = params.bind(*args, **kwargs)
+            except TypeError as err:
+                raise TypeError(f"{where}(): {err}") from None
+            bound.apply_defaults()
+            given = bound.arguments
+            data, indices = given[data_name], given[indices_name]
+            plan = planner(**given)
+            if run is not None:
+                return run(plan, **given)
+            grad = None if gradient is None else gradient(plan, **given)
+            call, idx, check = resolve_call(
+                plan, data, indices, index_dtypes, given["mode"], given["fill_value"],
+                spec_default=spec_default,
+                indices_are_sorted=given.get("indices_are_sorted", False),
+                unique_indices=given.get("unique_indices", False), grad=grad,
+                out_sharding=given.get("out_sharding"))
+            return _run(key, call, data, idx, indices, check)
+
+        wrapper.__xgather_plan__ = planner  # type: ignore[attr-defined]
         return cast(_Op, wrapper)
-    return attach
+    return declare
 
 
 def explain(op, *args, **kwargs) -> Plan:
@@ -363,4 +411,4 @@ def explain(op, *args, **kwargs) -> Plan:
                       _modes.MODES)
     args, kwargs = _inputs(f"xgather.explain({_name(op)})", args, kwargs)
     plan = planner(*args, **kwargs)
-    return dataclasses.replace(plan, notes=(_check.flag_text(plan), _grad.scatter_text(plan)))
+    return dataclasses.replace(plan, notes=(_check.flag_text(plan),))

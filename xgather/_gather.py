@@ -17,26 +17,29 @@ from xgather._errors import XGatherTypeError, fail
 from xgather._plan import Plan
 
 
-class Hints(NamedTuple):
-    """How XLA may lower a gather, none of it changing the values: promises about the
-    wrapped positions, and where the result lives (``out_sharding``: a
-    ``NamedSharding``, or a ``PartitionSpec`` of the mesh in context)."""
+class Call(NamedTuple):
+    """A gather as its call settled it, everything but the arrays: the plan, the mode,
+    ``fill_value`` (a Python scalar or None), the promises passed to ``lax.gather``
+    about the wrapped positions, where the result lives (``out_sharding``: a
+    ``NamedSharding``, or a ``PartitionSpec`` of the mesh in context) and LabVIEW's
+    gradient (``(training, coeff)``, see ``xgather._grad``). Hashable: the key of the
+    call's jitted program."""
 
+    plan: Plan
+    mode: str
+    fill_value: Any = None
     indices_are_sorted: bool = False
     unique_indices: bool = False
     out_sharding: Any = None
+    grad: tuple[bool, float] | None = None
 
 
-NO_HINTS = Hints()
-
-
-def gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
+def gather(call: Call, data, idx):
     """``lax.gather`` on wrapped indices: the one call site, vmapped over batch dims, and
-    placed as ``hints.out_sharding`` says."""
-    if hints.out_sharding is None:
-        return _gather_prepared(plan, mode, fill_value, hints, data, idx)
-    return placed(functools.partial(_gather_prepared, plan, mode, fill_value, hints),
-                  hints.out_sharding)(data, idx)
+    placed as ``call.out_sharding`` says."""
+    if call.out_sharding is None:
+        return _gather(call, data, idx)
+    return placed(functools.partial(_gather, call), call.out_sharding)(data, idx)
 
 
 def placed(fn, out_sharding):
@@ -62,9 +65,10 @@ def mesh_of(out_sharding):
     return jax.sharding.get_abstract_mesh()
 
 
-def _gather_prepared(plan: Plan, mode: str, fill_value, hints: Hints, data, idx):
-    indices_are_sorted, unique_indices = hints.indices_are_sorted, hints.unique_indices
-    fill = 0 if fill_value is None else fill_value
+def _gather(call: Call, data, idx):
+    plan, mode = call.plan, call.mode
+    indices_are_sorted, unique_indices = call.indices_are_sorted, call.unique_indices
+    fill = 0 if call.fill_value is None else call.fill_value
     if plan.data_crop is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_crop)
     if 0 in plan.bounds:

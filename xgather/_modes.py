@@ -1,4 +1,4 @@
-"""Out-of-bounds modes, the negative-index wrap and the bound check.
+"""Out-of-bounds modes, and the default where a spec calls an out-of-range index an error.
 
 Modes (``mode=`` on every op):
 
@@ -21,22 +21,19 @@ Specs that define the result of an out-of-range index (OpenVINO Gather: zeros) k
 
 "The spec's range" is ``[-s, s-1]`` where negative indices count from the end
 (``plan.negative``), else ``[0, s-1]``; ``negative_indices=False`` on an op
-chooses the second, which also skips the wrap.
+chooses the second, which also skips the wrap (``xgather._indices``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from typing import Any, Literal
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from xgather import _jaxprivate, _lower
+from xgather import _jaxprivate
 from xgather._errors import XGatherError, choice
 
 Mode = Literal["error", "clip", "fill", "promise_in_bounds"]
@@ -143,74 +140,6 @@ class TraceState:
                 _jaxprivate.fallback("enum_state", f"{self.name} stays {self.default!r}")
             return contextlib.nullcontext()
         return self._state(value)
-
-
-def widen(plan, indices):
-    """Narrow integer indices become int32 so that ``index + s`` cannot overflow; where
-    ``plan`` has an axis that the indices' type cannot count to (int32 indices into an
-    axis of 2**31 elements or more, with x64 on), 64-bit ones (NumPy or JAX arrays)."""
-    if np.dtype(indices.dtype).itemsize < 4:
-        indices = indices.astype(np.int32)
-    if max(plan.bounds, default=0) > np.iinfo(indices.dtype).max:
-        wide = np.uint64 if np.dtype(indices.dtype).kind == "u" else np.int64
-        indices = indices.astype(wide)  # the axis exists only with x64 on
-    return indices
-
-
-def bounds_array(plan, indices, xp=jnp):
-    """``s`` for each index: a scalar, or ``indices``' shape for index tuples (NumPy or JAX)."""
-    if plan.index_vector:
-        s = xp.asarray(np.asarray(plan.bounds), dtype=indices.dtype)
-        return xp.broadcast_to(s, indices.shape)
-    return xp.asarray(plan.bounds[0], dtype=indices.dtype)
-
-
-def wrap(plan, indices):
-    """Negative indices count from the end where the spec says so: ``i + s`` for ``i < 0``.
-
-    A compare, an add and a select: plain ops that every backend and every
-    exporter knows (no bit casts; ONNX has ``BitCast`` only from opset 26).
-    An index below ``-s`` stays negative, so out of range for every mode.
-    """
-    if not wraps(plan, indices):
-        return indices
-    return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
-
-
-def wraps(plan, indices) -> bool:
-    """Whether negative indices count from the end here (the spec's rule, signed indices)."""
-    return plan.negative and jnp.issubdtype(indices.dtype, jnp.signedinteger)
-
-
-def narrow(plan, indices):
-    """64-bit indices saturated into the int32 range on XLA:CPU (the platforms whose
-    ``xgather._lower`` choices say ``clamps_64``), where every axis fits it.
-
-    XLA:CPU's gather keeps only the low 32 bits of a 64-bit index into a small
-    operand (jax 0.10.2: index ``2**32 + 5`` reads row 5 under ``"fill"``).
-    Saturating first keeps every out-of-range index out of range, on the same
-    side, and in-range indices unchanged. The dtype stays 64-bit, and other
-    platforms (chosen when the program is lowered, so an exported program is exact on
-    each) skip the clamp. Runs after ``wrap``.
-    """
-    if jnp.dtype(indices.dtype).itemsize != 8 or max(plan.bounds, default=0) >= 2**31:
-        return indices
-    info = np.iinfo(np.int32)
-    low = jnp.asarray(0 if jnp.issubdtype(indices.dtype, jnp.unsignedinteger) else info.min,
-                      indices.dtype)
-    clamp = functools.partial(lax.clamp, low, max=jnp.asarray(info.max, indices.dtype))
-    clamped = {name: clamp for platform, chosen in _lower.TABLE.items() if chosen.clamps_64
-               for name in _lower.RUNTIMES[platform]}
-    return lax.platform_dependent(indices, **clamped, default=lambda i: i)
-
-
-def valid(plan, indices, xp):
-    """True where an index lies in the spec's range (before any wrap)."""
-    s = bounds_array(plan, indices, xp)
-    valid = indices < s
-    if np.issubdtype(indices.dtype, np.signedinteger):
-        valid = valid & (indices >= (-s if plan.negative else 0))
-    return valid
 
 
 #: The default mode where a spec calls an out-of-range index an error (``TraceState``).

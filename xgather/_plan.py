@@ -110,6 +110,12 @@ class Plan:
         return _lower.wrap_pass(self)
 
     @property
+    def flag_form(self) -> str:
+        """How a reduction "is any index bad (or negative)" runs on the plan's platform
+        (``xgather._lower.Choices.flag``)."""
+        return _lower.choices(self.platform).flag
+
+    @property
     def small(self) -> bool:
         """Whether the gather writes few values (``xgather._lower.small``)."""
         return _lower.small(self)

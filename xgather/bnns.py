@@ -9,9 +9,9 @@ there to choose.
 
 from __future__ import annotations
 
-from xgather import _dtypes, _plan
+from xgather import _dtypes, _frontend, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
-from xgather._frontend import call, int_attr, planned, shapes
+from xgather._frontend import int_attr, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -46,7 +46,7 @@ def _gather_along_axis_plan(input, indices, axis: int, **_):  # noqa: A002
                                smaller_ok=False)
 
 
-@planned(_gather_nd_plan)
+@_frontend.op(_gather_nd_plan, INDEX_DTYPES)
 def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int = 0, *,  # noqa: A002
               mode: Mode | None = None, fill_value=None, out_sharding: Sharding = None) -> Result:
     """``BNNSGatherND``: ``indices`` is a set of lookup vectors along its last axis.
@@ -71,11 +71,9 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
         >>> xgather.bnns.gather_nd(x, np.array([1, 0], np.int32)[None]).tolist()
         [[20.0, 21.0]]
     """
-    plan = _gather_nd_plan(input, indices, batch_dimension_count)
-    return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
-@planned(_gather_plan)
+@_frontend.op(_gather_plan, INDEX_DTYPES)
 def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_count: int = 0, *,  # noqa: A002
            mode: Mode | None = None, fill_value=None, out_sharding: Sharding = None) -> Result:
     """BNNS gather along ``axis`` with ``batch_dimension_count`` leading batch dimensions.
@@ -89,11 +87,9 @@ def gather(input: ArrayLike, indices: ArrayLike, axis: int, batch_dimension_coun
         ...                     batch_dimension_count=1).tolist()
         [[3], [4]]
     """
-    plan = _gather_plan(input, indices, axis, batch_dimension_count)
-    return call(plan, input, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
-@planned(_gather_along_axis_plan)
+@_frontend.op(_gather_along_axis_plan, INDEX_DTYPES)
 def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noqa: A002
                       mode: Mode | None = None, fill_value=None,
                       out_sharding: Sharding = None) -> Result:
@@ -106,8 +102,6 @@ def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noq
         >>> xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1).tolist()
         [[2], [3]]
     """
-    return call(_gather_along_axis_plan(input, indices, axis), input, indices, INDEX_DTYPES, mode,
-                fill_value, out_sharding=out_sharding)
 
 
 __all__ = ["INDEX_DTYPES", "gather", "gather_along_axis", "gather_nd"]

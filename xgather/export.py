@@ -67,7 +67,17 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from xgather import _apply, _check, _dtypes, _frontend, _gather, _grad, _jaxprivate, _lower, _modes
+from xgather import (
+    _apply,
+    _check,
+    _dtypes,
+    _frontend,
+    _gather,
+    _grad,
+    _indices,
+    _jaxprivate,
+    _lower,
+)
 from xgather._errors import XGatherError, fail
 
 TESTED_OPSETS = (17, 18, 19, 20, 21)
@@ -80,11 +90,6 @@ _KINDS = {"onnx.Gather": "Gather", "openvino.Gather": "Gather", "bnns.Gather": "
           "onnx.GatherElements": "GatherElements", "openvino.GatherElements": "GatherElements",
           "bnns.GatherAlongAxis": "GatherElements"}
 _NODE_TYPES = ("Gather", "GatherND", "GatherElements")
-
-
-def clear_caches() -> None:
-    """Drop xgather's cached jitted functions (and so the traces they hold)."""
-    _frontend.clear_caches()
 
 
 def _spec_op(plan) -> str:
@@ -207,7 +212,7 @@ def _onnx_range(plan, idx):
     indices past int64's range saturate at its maximum (the node's indices are
     int64). Plain compares, subtractions and selects.
     """
-    idx = _modes.widen(plan, idx)
+    idx = _indices.fit_dtype(plan, idx)
     if idx.dtype == jnp.uint64:
         idx = jnp.minimum(idx, jnp.asarray(np.iinfo(np.int64).max, idx.dtype))
     if not plan.negative and jnp.issubdtype(idx.dtype, jnp.signedinteger):
@@ -270,13 +275,13 @@ def _guarded(run: Callable, plan, data, indices, options, in_onnx_range: bool = 
 def _in_range(plan, idx):
     """Negative indices wrapped (where the spec says so), the validity mask, and ``s``.
 
-    The same pieces as the traced gather (``xgather._modes``): plain compares,
+    The same pieces as the traced gather (``xgather._indices``): plain compares,
     adds and selects, which every opset exports.
     """
-    idx = _modes.widen(plan, idx)  # room for index + s
-    s = jnp.broadcast_to(_modes.bounds_array(plan, idx), idx.shape)
-    valid = _modes.valid(plan, idx, jnp)
-    idx = _modes.wrap(plan, idx)
+    idx = _indices.fit_dtype(plan, idx)  # room for index + s
+    s = jnp.broadcast_to(_indices.bounds_array(plan, idx), idx.shape)
+    valid = _indices.valid(plan, idx, jnp)
+    idx = _indices.wrap(plan, idx)
     if plan.index_vector:
         valid = jnp.all(valid, axis=-1, keepdims=True)
     return idx, valid, s
@@ -285,7 +290,7 @@ def _in_range(plan, idx):
 def _int32(plan, idx):
     """In-range 64-bit indices as int32 where every axis fits it.
 
-    The gather then needs no narrowing of 64-bit indices (``xgather._modes.narrow``,
+    The gather then needs no narrowing of 64-bit indices (``xgather._indices.saturate_64``,
     a platform-dependent clamp jax2onnx has no plugin for), so x64 exports too.
     """
     if jnp.dtype(idx.dtype).itemsize == 8 and max(plan.bounds, default=0) < 2**31:
@@ -513,12 +518,12 @@ def register_jax2onnx() -> None:
             # the exporter's patches outlives it, nor is one traced before it used. The
             # trace takes one platform's lowering choices wherever it runs, so that the
             # graph is the same on every machine.
-            clear_caches()
+            _frontend.clear_caches()
             try:
                 with super().plugin_binding(), _export_lowering():
                     yield
             finally:
-                clear_caches()
+                _frontend.clear_caches()
 
     for op_type in _NODE_TYPES:
         attrs = {"op_type": op_type, "attr_name": "batch_dims" if op_type == "GatherND" else "axis",
@@ -611,4 +616,4 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
 _MIN_OPSET = 13
 
 
-__all__ = ["TESTED", "TESTED_OPSETS", "clear_caches", "register_jax2onnx", "to_onnx"]
+__all__ = ["TESTED", "TESTED_OPSETS", "register_jax2onnx", "to_onnx"]

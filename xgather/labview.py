@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from xgather import _dtypes, _plan
+from xgather import _dtypes, _frontend, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
-from xgather._frontend import call, negatives, planned, shapes
+from xgather._frontend import bool_option, shapes
 from xgather._modes import Mode
 
 INDEX_DTYPES = _dtypes.INT32_INDICES
@@ -53,10 +53,20 @@ def _gather_plan(data, indices, axis: int = 0, *, name=None, specified_outputs_n
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
-                           negatives(op, negative_indices, sh))
+                           bool_option(op, "negative_indices", negative_indices, sh))
 
 
-@planned(_gather_plan)
+def _lda_gradient(plan, training, lda_coeff, **_) -> tuple[bool, float]:
+    """The ``training?`` flag and ``lda coeff``, which shape the derivative
+    (``xgather._grad``)."""
+    training = bool_option(plan.op, "training", training, note=" (known when tracing)")
+    if isinstance(lda_coeff, bool | np.bool_) or not isinstance(lda_coeff, int | float | np.integer
+                                                                | np.floating):
+        fail(plan.op, "lda_coeff must be a real number (known when tracing)", repr(lda_coeff))
+    return training, float(lda_coeff)
+
+
+@_frontend.op(_gather_plan, INDEX_DTYPES, gradient=_lda_gradient)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool = True,
            lda_coeff: float = 1.0, name: str | None = None, specified_outputs_name=None,
            mode: Mode | None = None, fill_value=None, negative_indices: bool = True,
@@ -85,16 +95,6 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
         >>> jax.grad(f)(jnp.ones(3)).tolist()
         [1.0, 0.0, 0.5]
     """
-    plan = _gather_plan(data, indices, axis, name=name,
-                        specified_outputs_name=specified_outputs_name,
-                        negative_indices=negative_indices)
-    if not isinstance(training, bool | np.bool_):
-        fail(plan.op, "training must be a bool (known when tracing)", repr(training))
-    if isinstance(lda_coeff, bool | np.bool_) or not isinstance(lda_coeff, int | float | np.integer
-                                                                | np.floating):
-        fail(plan.op, "lda_coeff must be a real number (known when tracing)", repr(lda_coeff))
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
-                grad=(bool(training), float(lda_coeff)), out_sharding=out_sharding)
 
 
 __all__ = ["INDEX_DTYPES", "gather"]

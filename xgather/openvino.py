@@ -38,10 +38,10 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from xgather import _dtypes, _plan
+from xgather import _dtypes, _frontend, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
-from xgather._frontend import call, int_attr, negatives, planned, shapes, versioned
+from xgather._frontend import bool_option, int_attr, shapes, versioned
 from xgather._modes import Mode
 
 GATHER_VERSIONS = (1, 7, 8)
@@ -91,7 +91,7 @@ def _gather_plan(data, indices, axis, batch_dims: int = 0, *, version: int = 8,
              f"a negative one is normalised by indices.ndim ({q})",
              f"batch_dims={batch_dims}" + (f" (normalised {b})" if batch_dims < 0 else ""), sh)
     return _plan.take_plan(op, sh["data"], sh["indices"], ax, b,
-                           negatives(op, negative_indices, sh))
+                           bool_option(op, "negative_indices", negative_indices, sh))
 
 
 def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
@@ -101,7 +101,8 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, version: int = 8,
     _dtypes.check_index_dtype(op, indices, INDEX_DTYPES, sh)
     batch_dims = int_attr(op, "batch_dims", batch_dims, sh)
     return _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
-                         negatives(op, negative_indices, sh), fold_batch=version == 5)
+                         bool_option(op, "negative_indices", negative_indices, sh),
+                         fold_batch=version == 5)
 
 
 def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **_):
@@ -110,10 +111,11 @@ def _gather_elements_plan(data, indices, axis: int, *, negative_indices=True, **
     _dtypes.check_index_dtype(op, indices, ELEMENTS_INDEX_DTYPES, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
     return _plan.elements_plan(op, sh["data"], sh["indices"], ax,
-                               negatives(op, negative_indices, sh), smaller_ok=False)
+                               bool_option(op, "negative_indices", negative_indices, sh),
+                               smaller_ok=False)
 
 
-@planned(_gather_plan)
+@_frontend.op(_gather_plan, INDEX_DTYPES, spec_default="fill")
 def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, version: int = 8,
            mode: Mode | None = None, fill_value=None, negative_indices: bool = True,
            out_sharding: Sharding = None) -> Result:
@@ -142,13 +144,9 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
         ...                         [[0, 0, 4], [4, 0, 0]], axis=1, batch_dims=1).tolist()
         [[1, 1, 5], [10, 6, 6]]
     """
-    plan = _gather_plan(data, indices, axis, batch_dims, version=version,
-                        negative_indices=negative_indices)
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, spec_default="fill",
-                out_sharding=out_sharding)
 
 
-@planned(_gather_nd_plan)
+@_frontend.op(_gather_nd_plan, INDEX_DTYPES)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, version: int = 8,
               mode: Mode | None = None, fill_value=None,
               negative_indices: bool = True, out_sharding: Sharding = None) -> Result:
@@ -173,12 +171,9 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, versi
         >>> xgather.openvino.gather_nd([[1, 2], [3, 4]], [[0, 0], [1, 0]]).tolist()
         [1, 3]
     """
-    plan = _gather_nd_plan(data, indices, batch_dims, version=version,
-                           negative_indices=negative_indices)
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value, out_sharding=out_sharding)
 
 
-@planned(_gather_elements_plan)
+@_frontend.op(_gather_elements_plan, ELEMENTS_INDEX_DTYPES)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
                     mode: Mode | None = None, fill_value=None,
                     negative_indices: bool = True, out_sharding: Sharding = None) -> Result:
@@ -194,9 +189,6 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
         >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
         [[1, 1], [4, 3]]
     """
-    plan = _gather_elements_plan(data, indices, axis, negative_indices=negative_indices)
-    return call(plan, data, indices, ELEMENTS_INDEX_DTYPES, mode, fill_value,
-                out_sharding=out_sharding)
 
 
 # -- IR layers ----------------------------------------------------------------------------

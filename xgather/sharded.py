@@ -28,11 +28,11 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from xgather import _apply, _check, _dtypes, _grad, _modes, _plan
+from xgather import _apply, _check, _dtypes, _frontend, _grad, _indices, _plan
 from xgather._dtypes import ArrayLike
 from xgather._errors import XGatherTypeError, fail
-from xgather._frontend import planned, settle, shapes
-from xgather._gather import NO_HINTS
+from xgather._frontend import resolve_call, shapes
+from xgather._gather import Call
 from xgather._modes import Mode
 
 
@@ -57,7 +57,14 @@ def _gather_plan(data, indices, mesh: Mesh, rows: str, batch: str | None = None,
     return _plan.take_plan(op, sh["data"], sh["indices"], 0, 0, True)
 
 
-@planned(_gather_plan)
+def _run(plan, data, indices, mesh, rows, batch, mode, fill_value):
+    _check_device_data(plan, data)
+    call, idx, _ = resolve_call(plan, data, indices, _dtypes.INT32_INDICES, mode, fill_value)
+    run_mode = _apply.check_now_or_later(plan, call.mode, idx)
+    return _sharded(plan, mesh, rows, batch, run_mode, call.fill_value)(data, idx)
+
+
+@_frontend.op(_gather_plan, _dtypes.INT32_INDICES, run=_run)
 def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: str | None = None,
            *, mode: Mode | None = None, fill_value=None) -> jax.Array:
     """ONNX Gather-13 along axis 0 of a row-sharded table, with no device holding it all.
@@ -78,12 +85,6 @@ def gather(data: ArrayLike, indices: ArrayLike, mesh: Mesh, rows: str, batch: st
     Returns:
       Array of shape ``(q..., d...)``, sharded as ``P(batch)``.
     """
-    plan = _gather_plan(data, indices, mesh, rows, batch)
-    _check_device_data(plan, data)
-    _, mode, fill_value, _, idx = settle(plan, data, indices, _dtypes.INT32_INDICES, mode,
-                                         fill_value)
-    run_mode = _apply.check_now_or_later(plan, mode, idx)
-    return _sharded(plan, mesh, rows, batch, run_mode, fill_value)(data, idx)
 
 
 def _check_device_data(plan, data) -> None:
@@ -147,7 +148,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
         # drops their gradient, so the sum over devices is the gather.
         j = jnp.where((j >= 0) & (j < local_rows), j, local_rows)
         local_plan = _plan.take_plan(plan.op, d.shape, j.shape, 0, 0, False)
-        part = _grad.gather(local_plan, "fill", 0, NO_HINTS, None, d, j)
+        part = _grad.gather(Call(local_plan, "fill", 0), d, j)
         if batch == rows:
             return _combine(part, lambda x: lax.psum_scatter(x, rows, scatter_dimension=0,
                                                              tiled=True))
@@ -172,8 +173,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
             # checkify threads the error state of every check before a shard_map through
             # it and out again with one entry per device, which the report then cannot
             # read from explicitly sharded arrays (and a later check cannot update).
-            _, idx = _apply.prepare(plan, "promise_in_bounds" if mode == "error" else mode,
-                                    indices)
+            idx = _indices.ready(plan, indices)
             if mode == "clip":
                 idx = jnp.clip(idx, 0, n_rows - 1)
             out = body(data, idx)
@@ -182,7 +182,7 @@ def _sharded(plan, mesh, rows, batch, mode, fill_value):
                 fill = jnp.asarray(0 if fill_value is None else fill_value, out.dtype)
                 out = jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - q)), out, fill)
             if mode == "error":  # (its report reads a replicated copy of sharded indices)
-                _check.emit(plan, _modes.widen(plan, indices))
+                _check.emit(plan, _indices.fit_dtype(plan, indices))
             return out
 
     return jax.jit(run)

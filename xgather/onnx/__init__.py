@@ -7,9 +7,6 @@ The ops and their version table are in ``xgather.onnx._ops``, the model adapters
 
 from xgather.onnx._models import from_node, reference_ops, register_jaxonnxruntime
 from xgather.onnx._ops import (
-    GATHER_ELEMENTS_OPSETS,
-    GATHER_ND_OPSETS,
-    GATHER_OPSETS,
     INDEX_DTYPES,
     VERSIONS,
     gather,
@@ -18,6 +15,5 @@ from xgather.onnx._ops import (
     op_version,
 )
 
-__all__ = ["GATHER_ELEMENTS_OPSETS", "GATHER_ND_OPSETS", "GATHER_OPSETS", "INDEX_DTYPES",
-           "VERSIONS", "from_node", "gather", "gather_elements", "gather_nd", "op_version",
-           "reference_ops", "register_jaxonnxruntime"]
+__all__ = ["INDEX_DTYPES", "VERSIONS", "from_node", "gather", "gather_elements", "gather_nd",
+           "op_version", "reference_ops", "register_jaxonnxruntime"]

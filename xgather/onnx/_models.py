@@ -14,13 +14,13 @@ The ``onnx`` package (and jaxonnxruntime for the last) is needed only when they 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from xgather._errors import XGatherError, choice, fail
 from xgather._modes import MODES
+from xgather.onnx import _ops
 from xgather.onnx._ops import ATTRIBUTES, VERSIONS, op_version, resolve
 
 #: The keyword options of the xgather ops that [`from_node`][xgather.onnx.from_node]
@@ -69,10 +69,9 @@ def _attribute_value(op: str, attr):
 
 
 def _op(op_type: str) -> Callable:
-    """The public ``xgather.onnx`` op, looked up at call time, so that one a user wrapped
-    there (to count calls, say) is the one the node runs. The package is this module's
-    parent: imported before it, so this is a lookup, not an import."""
-    return getattr(sys.modules[__package__], _FUNCTIONS[op_type])
+    """The ``xgather.onnx`` op of ``op_type``, looked up in ``xgather.onnx._ops`` at call
+    time (so that a test may count its calls there)."""
+    return getattr(_ops, _FUNCTIONS[op_type])
 
 
 def from_node(node, opset: int = 13, **options) -> Callable:
@@ -222,7 +221,7 @@ HANDLERS: dict[str, type] = {}
 
 def _handler(handler_base, register_op, op_type: str) -> type:
     name, attr = _JOR_OPS[op_type]
-    fn, versions = getattr(sys.modules[__package__], name), VERSIONS[op_type]
+    fn, versions = getattr(_ops, name), VERSIONS[op_type]
 
     def version(opset, cls, node, inputs):
         node.attrs_dict[attr] = node.attrs.get(attr, 0)

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from xgather import _dtypes, _plan
+from xgather import _dtypes, _frontend, _plan
 from xgather._dtypes import ArrayLike, Result, Sharding
 from xgather._errors import fail
-from xgather._frontend import call, int_attr, negatives, planned, shapes
+from xgather._frontend import bool_option, int_attr, shapes
 from xgather._modes import Mode
 
 VERSIONS: Mapping[str, tuple[int, ...]] = {
@@ -78,18 +78,12 @@ def resolve(op_type: str, opset: int) -> tuple[str, int]:
     return f"onnx.{op_type}-{version}", version
 
 
-GATHER_OPSETS = VERSIONS["Gather"]
-"""The opsets in which Gather changed (its versions); ``opset=`` takes any model opset."""
-GATHER_ND_OPSETS = VERSIONS["GatherND"]
-"""The opsets in which GatherND changed (its versions)."""
-GATHER_ELEMENTS_OPSETS = VERSIONS["GatherElements"]
-"""The opsets in which GatherElements changed (its versions)."""
 INDEX_DTYPES = _dtypes.INT32_INDICES
 """The index dtypes the ONNX ops take (``Tind``; GatherND also int32, as onnxruntime)."""
 
 
 @functools.lru_cache(maxsize=4096)
-def _at(plan: _plan.Plan, opset: int) -> _plan.Plan:
+def _with_model_opset(plan: _plan.Plan, opset: int) -> _plan.Plan:
     """The plan, noting the model opset its op version was resolved from."""
     return dataclasses.replace(plan, model_opset=int(opset))
 
@@ -110,8 +104,9 @@ def _gather_plan(data, indices, axis: int = 0, *, opset: int = 13, negative_indi
     sh = shapes(data, indices, op)
     _check_types(op, version, data, indices, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _at(_plan.take_plan(op, sh["data"], sh["indices"], ax, 0,
-                               negatives(op, negative_indices, sh)), opset)
+    negative = bool_option(op, "negative_indices", negative_indices, sh)
+    plan = _plan.take_plan(op, sh["data"], sh["indices"], ax, 0, negative)
+    return _with_model_opset(plan, opset)
 
 
 def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
@@ -122,8 +117,9 @@ def _gather_nd_plan(data, indices, batch_dims: int = 0, *, opset: int = 13,
     batch_dims = int_attr(op, "batch_dims", batch_dims, sh)
     if version == 11 and batch_dims != 0:
         fail(op, "batch_dims exists from opset 12 on", f"batch_dims={batch_dims}", sh)
-    return _at(_plan.nd_plan(op, sh["data"], sh["indices"], batch_dims,
-                             negatives(op, negative_indices, sh)), opset)
+    negative = bool_option(op, "negative_indices", negative_indices, sh)
+    plan = _plan.nd_plan(op, sh["data"], sh["indices"], batch_dims, negative)
+    return _with_model_opset(plan, opset)
 
 
 def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
@@ -132,18 +128,12 @@ def _gather_elements_plan(data, indices, axis: int = 0, *, opset: int = 13,
     sh = shapes(data, indices, op)
     _check_types(op, version, data, indices, sh)
     ax = _plan.normalize_axis(op, axis, len(sh["data"]), sh)
-    return _at(_plan.elements_plan(op, sh["data"], sh["indices"], ax,
-                                   negatives(op, negative_indices, sh), True), opset)
+    negative = bool_option(op, "negative_indices", negative_indices, sh)
+    plan = _plan.elements_plan(op, sh["data"], sh["indices"], ax, negative, True)
+    return _with_model_opset(plan, opset)
 
 
-def _call(planner, data, indices, *attrs, opset, mode, fill_value, sorted_, unique, negative,
-          out_sharding):
-    plan = planner(data, indices, *attrs, opset=opset, negative_indices=negative)
-    return call(plan, data, indices, INDEX_DTYPES, mode, fill_value,
-                indices_are_sorted=sorted_, unique_indices=unique, out_sharding=out_sharding)
-
-
-@planned(_gather_plan)
+@_frontend.op(_gather_plan, INDEX_DTYPES)
 def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
            mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
            unique_indices: bool = False, negative_indices: bool = True,
@@ -183,12 +173,9 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 1
         >>> xgather.onnx.gather([[1, 2], [3, 4], [5, 6]], [[0, -1]]).tolist()
         [[[1, 2], [5, 6]]]
     """
-    return _call(_gather_plan, data, indices, axis, opset=opset, mode=mode,
-                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
-                 negative=negative_indices, out_sharding=out_sharding)
 
 
-@planned(_gather_nd_plan)
+@_frontend.op(_gather_nd_plan, INDEX_DTYPES)
 def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset: int = 13,
               mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
               unique_indices: bool = False, negative_indices: bool = True,
@@ -215,12 +202,9 @@ def gather_nd(data: ArrayLike, indices: ArrayLike, batch_dims: int = 0, *, opset
         >>> xgather.onnx.gather_nd([[0, 1], [2, 3]], [[0, 0], [1, -1]]).tolist()
         [0, 3]
     """
-    return _call(_gather_nd_plan, data, indices, batch_dims, opset=opset, mode=mode,
-                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
-                 negative=negative_indices, out_sharding=out_sharding)
 
 
-@planned(_gather_elements_plan)
+@_frontend.op(_gather_elements_plan, INDEX_DTYPES)
 def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset: int = 13,
                     mode: Mode | None = None, fill_value=None, indices_are_sorted: bool = False,
                     unique_indices: bool = False, negative_indices: bool = True,
@@ -247,6 +231,3 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
         >>> xgather.onnx.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
         [[1, 1], [4, 3]]
     """
-    return _call(_gather_elements_plan, data, indices, axis, opset=opset, mode=mode,
-                 fill_value=fill_value, sorted_=indices_are_sorted, unique=unique_indices,
-                 negative=negative_indices, out_sharding=out_sharding)

@@ -1,4 +1,7 @@
-"""An explicit, opt-in fix for glibc's treatment of large blocks.
+"""The bench's allocator setting: an explicit, opt-in fix for glibc's treatment of large
+blocks, which ``xgather-bench`` applies before JAX starts (``--allocator``; the default on
+a CPU), so that XLA's large outputs are timed without the page faults of fresh mappings.
+It is the bench's, not the library's: xgather itself never changes malloc's settings.
 
 glibc serves every block above its mmap threshold (at most 32 MiB) with a
 fresh ``mmap`` and unmaps it on ``free``. XLA's CPU runtime allocates each
@@ -9,13 +12,12 @@ gives each worker thread its own arena, whose heaps are at most 64 MiB: a
 block larger than that is mapped afresh there whatever the mmap settings, and
 faulting it in can take longer than the computation.
 
-[`keep_large_allocations`][xgather.keep_large_allocations] tells glibc, through
-``mallopt``, to serve large blocks from the heap, keep freed memory for reuse, and create no arenas
-beyond the main one. The last part only reaches threads that have not yet
-allocated, so it must run before JAX's first computation (before its CPU
-client starts its thread pool). The trade-off: the process keeps the memory
-it has freed (its resident size stays at its high-water mark) instead of
-returning it to the system, and all threads share one malloc lock.
+:func:`keep_large_allocations` tells glibc, through ``mallopt``, to serve large blocks
+from the heap, keep freed memory for reuse, and create no arenas beyond the main one.
+The last part only reaches threads that have not yet allocated, so it must run before
+JAX's first computation (before its CPU client starts its thread pool). The trade-off:
+the process keeps the memory it has freed (its resident size stays at its high-water
+mark) instead of returning it to the system, and all threads share one malloc lock.
 """
 
 from __future__ import annotations
