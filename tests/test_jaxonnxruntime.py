@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 import numpy as np
 import pytest
 
@@ -37,6 +40,33 @@ def test_handlers_chosen_at_every_opset(opset):
             assert handlers[op_type] is cls, (op_type, opset)
 
 
+@contextlib.contextmanager
+def _through_xgather():
+    """The op types of the nodes that xgather's handlers ran in the block (jaxonnxruntime
+    runs each node twice: once as it builds the model function, once in it).
+
+    jaxonnxruntime has Gather and GatherElements handlers of its own: a right answer alone
+    does not show that xgather ran the node. Each of xgather's handler classes is wrapped
+    for the block; the function its ``handle`` gives is recorded when jaxonnxruntime
+    calls it."""
+    calls: list[str] = []
+
+    def spy(op_type, handle):
+        def wrapped(cls, node, inputs, **kwargs):
+            run = handle(node, inputs, **kwargs)
+
+            def recorded(*args, **kw):
+                calls.append(op_type)
+                return run(*args, **kw)
+            return recorded
+        return classmethod(wrapped)
+
+    with contextlib.ExitStack() as stack:
+        for op_type, cls in HANDLERS.items():
+            stack.enter_context(mock.patch.object(cls, "handle", spy(op_type, cls.handle)))
+        yield calls
+
+
 def _model(op, opset, data, indices, **attrs):
     node = helper.make_node(op, ["data", "indices"], ["out"], **attrs)
     dtype = helper.np_dtype_to_tensor_dtype
@@ -68,7 +98,10 @@ CASES = {  # id: (op, indices, attrs, NumPy reference, opsets)
 def test_node_against_onnxruntime_and_numpy(opset_case):
     case, opset = opset_case
     op, indices, attrs, ref, _ = CASES[case]
-    got = np.asarray(jort.run(_model(op, opset, DATA, indices, **attrs), [DATA, indices])[0])
+    with _through_xgather() as calls:
+        got = np.asarray(jort.run(_model(op, opset, DATA, indices, **attrs),
+                                  [DATA, indices])[0])
+    assert set(calls) == {op}, calls
     want = ref(DATA, indices)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, ort_oracle.run(op, DATA, indices, opset, **attrs))
@@ -93,7 +126,30 @@ def test_gathernd_batch_dims_before_opset_12_is_an_error():
 
 # --- ONNX's own node tests, built in memory, through jaxonnxruntime's backend ---------------
 
-OnnxBackendNodeModelTest = gather_node_test_case(jort.Backend, __name__)
+class _CheckedRep:
+    """A prepared model whose every run must take xgather's handler for each gather node."""
+
+    def __init__(self, rep, gathers):
+        self.rep, self.gathers = rep, gathers
+
+    def run(self, inputs, **kwargs):
+        with _through_xgather() as calls:
+            out = self.rep.run(inputs, **kwargs)
+        assert self.gathers and set(calls) == self.gathers, (calls, self.gathers)
+        return out
+
+
+class _ThroughXGather(jort.Backend):
+    """jaxonnxruntime's backend, checking that xgather, not jaxonnxruntime's own handlers,
+    ran each gather node of ONNX's node tests."""
+
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        gathers = {n.op_type for n in model.graph.node if n.op_type in HANDLERS}
+        return _CheckedRep(super().prepare(model, device, **kwargs), gathers)
+
+
+OnnxBackendNodeModelTest = gather_node_test_case(_ThroughXGather, __name__)
 
 
 def test_all_ten_gather_node_tests_are_collected():
