@@ -51,7 +51,7 @@ def _printed(code: str) -> list[str]:
     return said
 
 
-@pytest.mark.parametrize("page", ["start.md", "examples.md"])
+@pytest.mark.parametrize("page", ["start.md", "examples.md", "modes.md"])
 def test_the_guides_print_what_they_say(page, capsys):
     """Getting started and the examples show each result under the line that prints it."""
     for k, code in enumerate(re.findall(r"```python\n(.*?)```", PAGES[page], re.S)):
@@ -63,6 +63,72 @@ def test_the_guides_print_what_they_say(page, capsys):
         # compared word for word: a comment may wrap a long printed line
         printed = capsys.readouterr().out.split()
         assert printed == " ".join(_printed(code)).split(), (page, k)
+
+
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """The prose of a Markdown text, one string per paragraph: a run of lines between blank
+    lines, each list item on its own. Headings, tables, fenced code and the API page's
+    ``:::`` lines are not prose."""
+    paragraphs, lines, fenced = [], [], False
+
+    def end():
+        if lines:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+            lines.clear()
+
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            end()
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if not line.strip() or line.lstrip().startswith(("|", "#", ":::")):
+            end()
+            continue
+        if _LIST_ITEM.match(line):
+            end()
+        lines.append(line)
+    end()
+    return paragraphs
+
+
+def test_paragraphs_are_parsed_as_the_docs_test_counts_them():
+    text = "# T\n\nOne\ntwo.\n\n- a\n  b\n- c\n\n| x |\n|---|\n\n```python\nx = 1\n```\n"
+    assert _paragraphs(text) == ["One two.", "- a b", "- c"]
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_no_paragraph_is_longer_than_1000_characters(source):
+    """A paragraph or list item of more than 1000 characters is split: shorter paragraphs,
+    or sub-items, read better on a screen."""
+    long = [(len(p), " ".join(p.split()[:8])) for p in _paragraphs(SOURCES[source])
+            if len(p) > 1000]
+    assert not long, (source, long)
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs gives a heading (Python-Markdown's toc slugify, markup removed)."""
+    text = re.sub(r"\[([^\]]*)\]\[[^\]]*\]|\[([^\]]*)\]\([^)]*\)", r"\1\2", heading)
+    text = re.sub(r"[^\w\s-]", "", text.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_every_link_to_a_section_finds_it():
+    """``page.md#section`` and ``#section`` links name a heading that exists."""
+    anchors = {name: {_slug(h) for h in re.findall(r"^#+ (.+)$", re.sub(
+        r"```.*?```", "", text, flags=re.S), re.M)} for name, text in PAGES.items()}
+    anchors["README.md"] = {_slug(h) for h in re.findall(r"^#+ (.+)$", README, re.M)}
+    missing = []
+    for source, text in SOURCES.items():
+        here = source.split("/")[-1]
+        for page, anchor in re.findall(r"\]\((?:docs/)?([a-z]*\.md)?#([\w-]+)\)", text):
+            if anchor not in anchors[page or here]:
+                missing.append((source, f"{page}#{anchor}"))
+    assert not missing, missing
 
 
 def test_no_code_line_is_wider_than_the_code_box():
