@@ -177,7 +177,8 @@ def test_every_flag_form_catches_one_bad_index(n, width, where):
     assert "reduce[" in traced and "reduce_max" not in traced and "reduce_or" not in traced
     # Eager device indices: the flag in the backend's form.
     plan = xgather.explain(xgather.onnx.gather_nd, data, idx)
-    program = str(jax.make_jaxpr(_apply.flag_program(_gather.Call(plan, "error")))(data, idx))
+    flagged = _apply.program(_gather.Call(plan, "promise_in_bounds"), True)
+    program = str(jax.make_jaxpr(flagged)(data, idx))
     padded = "pad[" in program
     # Above 32768 the blocks leave 1025 values, padded beside a large gather (65538 values).
     # The jaxpr holds the form of the plan's backend (JAX's default): on XLA:CPU, the max.

@@ -204,7 +204,7 @@ def test_same_shapes_do_not_retrace():
     plan = xgather.explain(xgather.onnx.gather, data, idx, 1)
     from xgather._apply import program
     from xgather._gather import Call
-    fn = program(Call(plan, "promise_in_bounds"))
+    fn = program(Call(plan, "promise_in_bounds"), False)
     assert fn._cache_size() == 1
     xgather.onnx.gather(data + 1, idx - 1, 1)
     assert fn._cache_size() == 1

@@ -32,27 +32,19 @@ def _jit_cache(make):
 
 
 @_jit_cache
-def program(call: Call):
-    """``call``'s jitted function (one per ``Call``: same shapes never retrace)."""
-    def body(data, indices):
-        with jax.named_scope(call.plan.op):
-            return _check.gather(call, data, indices)[1]
-    return jax.jit(body)
+def program(call: Call, flag: bool):
+    """``call``'s jitted function, one per ``(call, flag)`` (same shapes never retrace).
 
-
-@_jit_cache
-def flag_program(call: Call):
-    """``"error"`` on concrete device indices: one jitted function returning ``(bad, out)``.
-
-    ``bad`` is true if some index lies outside the spec's range; ``out`` is the
-    gather (XLA keeps stray reads in bounds). The caller reads ``bad`` and
-    reports the first bad index from the indices themselves, so the program
-    carries no report.
+    With ``flag`` (``"error"`` on concrete device indices, the call's mode then
+    ``"promise_in_bounds"``) it returns ``(bad, out)``:
+    ``bad`` is true if some index lies outside the spec's range, ``out`` the gather
+    (XLA keeps stray reads in bounds). The caller reads ``bad`` and reports the first
+    bad index from the indices themselves, so the program carries no report.
     """
     def body(data, indices):
         with jax.named_scope(call.plan.op):
-            return _check.gather(call._replace(mode="promise_in_bounds"), data, indices,
-                                 flag=True)
+            bad, out = _check.gather(call, data, indices, flag=flag)
+        return (bad, out) if flag else out
     return jax.jit(body)
 
 
@@ -72,7 +64,7 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     if not _dtypes.is_traced(data, indices):
         return eager_runner(call, indices)(data, indices)
     mode = check_now_or_later(plan, mode, indices)
-    return program(call._replace(mode=mode))(data, indices)
+    return program(call._replace(mode=mode), False)(data, indices)
 
 
 def eager_runner(call: Call, indices):
@@ -82,15 +74,18 @@ def eager_runner(call: Call, indices):
     that a call does no more than its own work; the frontends cache the result
     per signature. Under ``"error"``, NumPy indices are checked on the host
     while the program runs, and device indices inside the program, which
-    returns a flag beside the result (``flag_program``; a host read of device
+    returns a flag beside the result (``program(call, True)``; a host read of device
     indices would wait for the program that makes them). Either way a bad index
     is reported from the indices themselves (``xgather._check.host_check``).
     """
     plan = call.plan
-    if call.mode != "error":
-        return program(call)
-    if isinstance(indices, np.ndarray):
-        gather = program(call._replace(mode="promise_in_bounds"))
+    checks = call.mode == "error"
+    on_host = isinstance(indices, np.ndarray)
+    gather = program(call._replace(mode="promise_in_bounds") if checks else call,
+                     checks and not on_host)
+    if not checks:
+        return gather
+    if on_host:
         check = _check.host_checker(plan)
 
         def host_checked(data, indices):
@@ -101,7 +96,6 @@ def eager_runner(call: Call, indices):
             check(indices)
             return out
         return host_checked
-    gather = flag_program(call)
 
     def device_checked(data, indices):
         bad, out = gather(data, indices)

@@ -249,7 +249,7 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
              "while jax_enable_x64 is off, are gathered on the host", str(data_dtype(data)), sh)
 
 
-def _run(key, call: Call, data, indices, given, check):
+def _run_and_cache(key, call: Call, data, indices, given, check):
     """Run ``call``; on the first eager call of a signature (``key``), cache its runner.
     ``given``: the indices as the caller gave them, ``indices`` as converted."""
     plan = call.plan
@@ -313,7 +313,7 @@ def clear_caches() -> None:
         >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
         >>> xgather.clear_caches()
     """
-    for cache in (_apply.program, _apply.flag_program, _plan._take_plan, _plan._nd_plan,
+    for cache in (_apply.program, _plan._take_plan, _plan._nd_plan,
                   _plan._elements_plan):
         cache.cache_clear()
     RUNNERS.clear()
@@ -375,7 +375,7 @@ def op(planner: Callable[..., Plan], index_dtypes: tuple, *, spec_default: str =
                 indices_are_sorted=given.get("indices_are_sorted", False),
                 unique_indices=given.get("unique_indices", False), grad=grad,
                 out_sharding=given.get("out_sharding"))
-            return _run(key, call, data, idx, indices, check)
+            return _run_and_cache(key, call, data, idx, indices, check)
 
         wrapper.__xgather_plan__ = planner  # type: ignore[attr-defined]
         return cast(_Op, wrapper)
