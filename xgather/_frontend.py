@@ -389,7 +389,7 @@ def explain(op, *args, **kwargs) -> Plan:
     ``jax.ShapeDtypeStruct``). ``print(xgather.explain(...))`` shows the
     normalised attributes, the lowering taken, the ``lax.GatherDimensionNumbers``
     and the slice sizes, then what the call adds to the plan as traced now: the
-    bound check's flag and the gradient's scatter-add form (the plan's ``notes``).
+    form of the bound check's flag (the plan's ``notes``).
 
     Examples:
         >>> import numpy as np, xgather

@@ -96,8 +96,8 @@ class Plan:
     platform: str = "cpu"
     model_opset: int | None = None
     #: Lines that [`xgather.explain`][xgather.explain] adds: what the call makes of the
-    #: plan as traced then (the bound check's flag, the gradient's scatter-add). Not part
-    #: of the plan's identity.
+    #: plan as traced then (the form of the bound check's flag). Not part of the plan's
+    #: identity.
     notes: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
