@@ -318,7 +318,7 @@ def test_loops_keep_their_checks_outside_reverse_mode():
 # -- explain's notes: printed after the plan's own fields, not part of its identity ----------
 
 def test_a_plan_prints_its_own_fields_and_explain_adds_the_traced_lines():
-    """explain's notes (the bound check's flag, the gradient) print after the plan's own
+    """explain's notes (the form of the bound check's flag) print after the plan's own
     fields, and are not part of the plan's identity: a plan without them is equal to it."""
     d, i = np.zeros((5, 2), np.float32), np.zeros(3, np.int64)
     plan = xgather.explain(xgather.onnx.gather, d, i)

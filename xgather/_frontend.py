@@ -157,8 +157,7 @@ def check_addressable(plan) -> None:
     if not _dtypes.x64() and max(plan.bounds, default=0) > np.iinfo(np.int32).max:
         fail(plan.op, "with jax_enable_x64 off, indices are int32 and cannot address an axis of "
              "2**31 or more elements (enable it with jax.config.update('jax_enable_x64', True))",
-             f"axis sizes {plan.bounds} for data axes {plan.index_axes}",
-             {"data": plan.data_shape, "indices": plan.indices_shape})
+             f"axis sizes {plan.bounds} for data axes {plan.index_axes}", plan.shapes)
 
 
 def int_attr(op: str, name: str, value, sh=None) -> int:
@@ -249,19 +248,19 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
              "while jax_enable_x64 is off, are gathered on the host", str(data_dtype(data)), sh)
 
 
-def _run_and_cache(key, call: Call, data, indices, given, check):
+def _run_and_cache(key, call: Call, data, indices, given_indices, check):
     """Run ``call``; on the first eager call of a signature (``key``), cache its runner.
-    ``given``: the indices as the caller gave them, ``indices`` as converted."""
+    ``given_indices``: the indices as the caller gave them, ``indices`` as converted."""
     plan = call.plan
     if _dtypes.needs_host(data):
         return _host_run(call, data, indices)
-    checked = _dtypes.check_data(plan.op, data, shapes(data, indices))
+    checked = _dtypes.check_data(plan.op, data, plan.shapes)
     if key is not None and not _patches.foreign():
         gather = runner = _apply.eager_runner(call, indices)
         # NumPy indices: the signature fixes their dtype (checked above) and the x64 flag,
         # so a call converts them only where they are saturated (64-bit ones, x64 off).
-        convert = _dtypes.int32_conversion(given.dtype) if isinstance(given, np.ndarray) \
-            else None
+        convert = (_dtypes.int32_conversion(given_indices.dtype)
+                   if isinstance(given_indices, np.ndarray) else None)
         if convert is not None:
             def runner(data, indices):
                 return gather(data, convert(indices, check))
@@ -292,8 +291,7 @@ def _host_run(call: Call, data, indices):
 
 def _no_host_path(plan, data, where: str) -> NoReturn:
     fail(plan.op, "string data, and 64-bit data while jax_enable_x64 is off, take the host "
-         f"path, which cannot run {where}", str(data.dtype),
-         {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+         f"path, which cannot run {where}", str(data.dtype), plan.shapes, kind=XGatherTypeError)
 
 
 def clear_caches() -> None:

@@ -102,7 +102,7 @@ def _gather(call: Call, data, idx):
         fail(plan.op, "on a mesh's Explicit axes, the batch dims of data and indices must be "
              "sharded alike (or give out_sharding=, or make the mesh with AxisType.Auto axes)",
              f"data {_spec(data)}, indices {_spec(idx)} with batch_dims={plan.batch_dims}",
-             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+             plan.shapes, kind=XGatherTypeError)
     except _jaxprivate.SHARDING_TYPE_ERROR:  # a result sharding JAX cannot infer
         fail(plan.op, "inputs sharded over a mesh's Explicit axes (jax.make_mesh's default): "
              "there JAX asks a gather from sharded indices, or along a sharded data axis, for "
@@ -111,7 +111,7 @@ def _gather(call: Call, data, idx):
              "...), reshard the inputs (jax.sharding.reshard), or use xgather.sharded.gather "
              "for a table sharded by rows",
              f"data {_spec(data)}, indices {_spec(idx)}",
-             {"data": plan.data_shape, "indices": plan.indices_shape}, kind=XGatherTypeError)
+             plan.shapes, kind=XGatherTypeError)
 
 
 def _linear(plan: Plan, mode: str, fill, unique_indices: bool, data, idx):
@@ -161,8 +161,7 @@ def no_clamp_into_nothing(plan: Plan, mode: str, indices) -> None:
     """``"clip"`` has no position to clamp to where an indexed axis has size 0."""
     if mode == "clip" and 0 in plan.bounds and np.size(indices):
         fail(plan.op, 'mode="clip" cannot clamp into an axis of size 0',
-             f"index axes {plan.index_axes}",
-             {"data": plan.data_shape, "indices": plan.indices_shape})
+             f"index axes {plan.index_axes}", plan.shapes)
 
 
 def _spec(x) -> str:

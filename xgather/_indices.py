@@ -45,12 +45,12 @@ def any_true(bad, form: str, pad: bool = True):
     more than ``_UNROLLED_MAX``) are padded with ``False`` up to that size;
     without it they are reduced by ``jnp.any``. Above ``_BLOCKED_ABOVE``, a first
     stage reduces (rows, lanes) blocks over their rows, fused with the compare
-    that makes ``bad``. ``platform`` is the plan's: both forms compute the same
-    flag, so a program lowered for another platform stays exact.
+    that makes ``bad``. Both forms compute the same flag, so a program lowered with
+    another platform's form stays exact.
     """
     flat = bad.ravel()
     n = flat.size
-    if not isinstance(n, int):  # a symbolic size (jax.export): the plain form
+    if not _lower.known(n):  # a symbolic size (jax.export): the plain form
         return jnp.any(flat)
     if n == 0:
         return jnp.zeros((), bool)
@@ -191,15 +191,13 @@ def gather(call: Call, data, indices, *, inline_wrap: bool = False):
     """
     plan = call.plan
     indices = fit_dtype(plan, indices)
-    where = "none" if not wraps(plan, indices) else "inline" if inline_wrap else plan.wrap_pass
-    if where in ("inline", "fused"):
-        indices = wrap(plan, indices)
-    elif where != "none":
-        negative = any_true(indices < 0, plan.flag_form)
-        if where == "gather":  # the gather in each branch: the indices stay inside
-            return lax.cond(negative, functools.partial(_ready_gather, call, True),
-                            functools.partial(_ready_gather, call, False), data, indices)
-        indices = lax.cond(negative, functools.partial(wrap, plan), lambda i: i, indices)
+    if not wraps(plan, indices) or inline_wrap or plan.wrap_pass == "fused":
+        return _ready_gather(call, True, data, indices)  # (wrap: nothing where none wraps)
+    negative = any_true(indices < 0, plan.flag_form)
+    if plan.wrap_pass == "gather":  # the gather in each branch: the indices stay inside
+        return lax.cond(negative, functools.partial(_ready_gather, call, True),
+                        functools.partial(_ready_gather, call, False), data, indices)
+    indices = lax.cond(negative, functools.partial(wrap, plan), lambda i: i, indices)
     return _ready_gather(call, False, data, indices)
 
 

@@ -182,8 +182,13 @@ ROWS = 4
 ROW_SLICE = 8
 
 
+def known(n) -> bool:
+    """Whether a dim is a number, not a symbolic one (``jax.export``'s ``"B"``)."""
+    return isinstance(n, int)
+
+
 def _sizes_known(*shapes) -> bool:
-    return all(isinstance(n, int) for shape in shapes for n in shape)
+    return all(known(n) for shape in shapes for n in shape)
 
 
 def small(plan) -> bool:

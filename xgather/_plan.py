@@ -121,6 +121,11 @@ class Plan:
         return _lower.small(self)
 
     @property
+    def shapes(self) -> dict[str, Shape]:
+        """The shapes of ``data`` and ``indices``, as an error message shows them."""
+        return {"data": self.data_shape, "indices": self.indices_shape}
+
+    @property
     def bounds(self) -> Shape:
         """The size ``s`` of each addressed axis; valid indices lie in ``[-s, s-1]``."""
         return tuple(self.data_shape[a] for a in self.index_axes)
@@ -176,16 +181,11 @@ def _batch(op: str) -> str:
     return _BATCH_NAMES.get(op, "batch_dims")
 
 
-def known(n) -> bool:
-    """Whether a dim is a number, not a symbolic one (``jax.export``'s ``"B"``)."""
-    return isinstance(n, int)
-
-
 def _known_sizes(op: str, shape: Shape, axes, what: str, shapes) -> None:
     """The axes of ``shape`` that the indices address (or whose count is an attribute)
     must have known sizes: the bounds an index is checked against are numbers."""
     for a in axes:
-        if not known(shape[a]):
+        if not _lower.known(shape[a]):
             fail(op, f"{what}.shape[{a}] must be a known size, not a symbolic dimension "
                  f"({_WHY_KNOWN[what]})", f"{what}.shape[{a}]={shape[a]}", shapes)
 
@@ -333,7 +333,7 @@ def _elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, 
     for i, (n, m) in enumerate(zip(indices_shape, data_shape, strict=True)):
         if i == axis or n == m:
             continue
-        if not (known(n) and known(m)):
+        if not (_lower.known(n) and _lower.known(m)):
             fail(op, f"indices.shape[{i}] and data.shape[{i}] off the gather axis must be the "
                  "same dimension where either is symbolic", f"{n} vs {m}", shapes)
         if n > m or not smaller_ok:
@@ -364,7 +364,7 @@ def _linear(chosen: _lower.Choices, shape: Shape) -> bool:
     """Whether an element gather from ``shape`` takes the ``"linear"`` lowering: the
     platform's choice, where every position of the flattened data fits an int32 (the
     narrowest index a linear position may need)."""
-    return (chosen.element_gather == "linear" and all(map(known, shape))
+    return (chosen.element_gather == "linear" and all(map(_lower.known, shape))
             and 0 < math.prod(shape) < 2**31)
 
 

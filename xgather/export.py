@@ -398,7 +398,7 @@ def register_jax2onnx() -> None:
     def typed(value, dtype, shape):
         value.type = ir.TensorType(dtype)
         # a symbolic dim (jax.export's "B", or "2*B") becomes the graph's dim_param
-        value.shape = ir.Shape([n if isinstance(n, int) else str(n) for n in shape])
+        value.shape = ir.Shape([n if _lower.known(n) else str(n) for n in shape])
         return value
 
     def named(value, ctx, plan):
@@ -444,7 +444,7 @@ def register_jax2onnx() -> None:
                         ctx, plan)
             if folded:  # OpenVINO GatherND-5: the batch dimensions folded into one
                 target = tuple(out_var.aval.shape)
-                if not all(isinstance(n, int) for n in target[1:]):
+                if not all(map(_lower.known, target[1:])):
                     fail(plan.op, "exports with a symbolic dimension only among the folded "
                          "batch dimensions (the Reshape after GatherND needs the others as "
                          "numbers)", f"a result of shape {target}")

@@ -92,7 +92,7 @@ def _check_device_data(plan, data) -> None:
     NumPy data while x64 is off) would assemble the whole table on the host."""
     if not _dtypes.needs_host(data):
         return
-    sh = {"data": plan.data_shape, "indices": plan.indices_shape}
+    sh = plan.shapes
     name = _dtypes.data_type(data)
     if name == "string":
         rule = "string data cannot be sharded over devices (JAX holds no strings)"
