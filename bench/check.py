@@ -16,6 +16,11 @@ time of a call, without any wait for the result, is also timed: for
 earlier flags that are ready read); ``sync`` adds the flag's read, which waits
 for the program. First calls (trace, compile, run) are timed once each, after
 one call of each system at other shapes.
+
+``pieces`` times, on the same device, what a deferred check's host time is made
+of, with a tiny gather: a call with one output and with a flag beside it, a flag's
+copy to the host started, ``is_ready``, a flag's read with and without that copy,
+and a read of :data:`xgather._check.READ_GROUP` flags together, per call.
 """
 
 from __future__ import annotations
@@ -90,6 +95,68 @@ def _host_times(fns, calls: int) -> dict[str, float]:
     return {m: stats.median(v) for m, v in times.items()}
 
 
+def _median_us(f, prep=None, n: int = 100) -> float:
+    """Median host µs of ``f(prep())`` (``f()`` without ``prep``), the first calls left out."""
+    times = []
+    for _ in range(n):
+        x = prep() if prep else None
+        t0 = time.perf_counter()
+        f(x) if prep else f()
+        times.append(time.perf_counter() - t0)
+    return stats.median(times[5:]) * 1e6
+
+
+def pieces(device) -> dict[str, float]:
+    """Host µs of the pieces a deferred check's call is made of, on ``device``."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import xgather
+    from xgather import _check
+    d = jax.device_put(np.arange(64 * 16, dtype=np.float32).reshape(64, 16), device)
+    i = jax.device_put(np.arange(8, dtype=np.int32), device)
+
+    def gather(d, i):
+        return xgather.onnx.gather(d, i, mode="promise_in_bounds", negative_indices=False)
+    one = jax.jit(gather)
+    two = jax.jit(lambda d, i: (gather(d, i), jnp.stack([jnp.any(i > 63).astype(i.dtype), i[0]])))
+
+    def flag():  # a flag its program has finished
+        return jax.block_until_ready(two(d, i)[1])
+
+    def copied():  # a finished flag whose copy to the host has had time to finish
+        f = flag()
+        f.copy_to_host_async()
+        time.sleep(0.0005)
+        return f
+    group = [flag() for _ in range(_check.READ_GROUP)]
+
+    def read_group():
+        heads = _check._heads(*group)
+        heads.copy_to_host_async()
+        np.asarray(heads)
+    for f in (one, two):
+        jax.block_until_ready(f(d, i))
+    read_group()
+
+    def host(f):
+        def call():
+            out = f(d, i)
+            calls.append(out)
+            if len(calls) == PIPELINE:
+                jax.block_until_ready(calls)
+                calls.clear()
+        calls: list = []
+        return _median_us(call)
+    return {"call, one output": host(one), "call, a flag beside": host(two),
+            "flag.copy_to_host_async()": _median_us(lambda f: f.copy_to_host_async(), flag),
+            "flag.is_ready()": _median_us(lambda f: f.is_ready(), flag),
+            "read a copied flag": _median_us(np.asarray, copied),
+            "read a flag, no copy first": _median_us(np.asarray, flag),
+            "read a group, per call": _median_us(read_group) / _check.READ_GROUP}
+
+
 def run(keys=None, size: str | None = None, device=None, timing=None, progress=print) -> dict:
     import jax
     device = device or jax.devices()[0]
@@ -139,7 +206,8 @@ def run(keys=None, size: str | None = None, device=None, timing=None, progress=p
         del fns, timers, warm
         progress(f"[{n}/{len(keys)}] {key} {w.title}: {row['rounds']} rounds, "
                  f"{time.perf_counter() - t_start:.1f} s")
-    return {"size": size, "pipeline": PIPELINE, "rounds": timing, "results": results}
+    return {"size": size, "pipeline": PIPELINE, "rounds": timing, "results": results,
+            "pieces_us": pieces(device)}
 
 
 def table(record: dict) -> str:
@@ -165,5 +233,8 @@ def table(record: dict) -> str:
     lines.append("host us: a call's time until it returns, no wait for its result (sync's "
                  "includes the flag's read, which waits for the program); dispatch: the "
                  "deferred default's; read: sync's over that")
+    if "pieces_us" in record:
+        lines.append("a deferred call's pieces, host us (a tiny gather): " + "; ".join(
+            f"{k} {v:.1f}" for k, v in record["pieces_us"].items()))
     return "\n".join(lines)
 

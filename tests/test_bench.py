@@ -967,3 +967,9 @@ def test_the_check_bench_end_to_end(tmp_path, capsys):
         row = next(ln for ln in text.splitlines() if ln.startswith(r["workload"] + " "))
         assert f"{r['default/promise pipelined']:.2f}" in row.split()
     assert "pipelined = 10 calls then one wait" in text
+    pieces = rec["pieces_us"]  # a deferred call's pieces, each timed, each in the table
+    assert set(pieces) == {"call, one output", "call, a flag beside",
+                           "flag.copy_to_host_async()", "flag.is_ready()", "read a copied flag",
+                           "read a flag, no copy first", "read a group, per call"}
+    assert all(0 < v < 1e5 for v in pieces.values())
+    assert all(f"{k} {v:.1f}" in text for k, v in pieces.items())

@@ -31,7 +31,16 @@ def _no_pending_errors():
     xgather.raise_if_error()
 
 
-def test_a_bad_index_in_call_10_of_40_raises_before_the_40th_returns():
+@pytest.fixture(params=["one by one", "in groups"])
+def reads(request, monkeypatch):
+    """How flags are read: each by itself as soon as ready (a CPU's, on the host already),
+    or in groups of READ_GROUP calls (an accelerator's; here CPU flags taken that way)."""
+    if request.param == "in groups":
+        monkeypatch.setattr(xgather._check, "_on_host", lambda flag: False)
+    return request.param
+
+
+def test_a_bad_index_in_call_10_of_40_raises_before_the_40th_returns(reads):
     f = xgather.checked(jax.jit(lambda d, i: G(d, i)))
     returned = 0
     with pytest.raises(xgather.OutOfBoundsError) as info:
@@ -49,7 +58,7 @@ def test_a_bad_index_in_call_10_of_40_raises_before_the_40th_returns():
     xgather.raise_if_error()  # raised once: nothing left
 
 
-def test_a_bad_index_in_the_last_call_raises_at_raise_if_error_once():
+def test_a_bad_index_in_the_last_call_raises_at_raise_if_error_once(reads):
     f = xgather.checked(lambda d, i: G(d, i, axis=1))
     out = f(DATA, np.array([0, 9]))  # returns: the flag is read later
     np.testing.assert_array_equal(np.asarray(out)[:, 0], DATA[:, 0])
@@ -85,7 +94,7 @@ def test_sync_checks_switches_every_checked_function():
         xgather.raise_if_error()
 
 
-def test_each_thread_has_its_own_pending_errors():
+def test_each_thread_has_its_own_pending_errors(reads):
     f = xgather.checked(lambda d, i: G(d, i))
     f(DATA, np.array([5]))  # this thread's error, unread
     seen = []
@@ -107,7 +116,7 @@ def test_each_thread_has_its_own_pending_errors():
         xgather.raise_if_error()
 
 
-def test_a_users_own_check_is_deferred_too():
+def test_a_users_own_check_is_deferred_too(reads):
     def f(d, i):
         checkify.check(jnp.all(d >= 0), "data must be non-negative")
         return G(d, i)
@@ -115,6 +124,34 @@ def test_a_users_own_check_is_deferred_too():
     g(-DATA, np.array([1]))
     with pytest.raises(checkify.JaxRuntimeError, match="data must be non-negative"):
         xgather.raise_if_error()
+
+
+def test_flags_read_in_groups_report_the_first_failed_call_of_two_functions(monkeypatch):
+    """Accelerator flags: READ_GROUP calls per read (one stacking program each); the
+    first failure in call order is raised, with the calls after it counted."""
+    monkeypatch.setattr(xgather._check, "_on_host", lambda flag: False)
+    stacked = []
+    heads = xgather._check._heads
+    monkeypatch.setattr(xgather._check, "_heads", lambda *f: stacked.append(len(f)) or heads(*f))
+    f = xgather.checked(lambda d, i: G(d, i))
+    g = xgather.checked(lambda d, i: G(d, i, axis=1))
+    group = xgather._check.READ_GROUP
+    for n in range(group):  # one full group: read at a later call, none failed
+        (f if n % 2 else g)(DATA, np.array([n % 3]))
+    assert stacked == [group]
+    for n in range(group):  # its calls 3 and 5 (f's 6th and 7th) fail: 3 is raised
+        (f if n % 2 else g)(DATA, np.array([9 if n in (3, 5) else 0]))
+    with pytest.raises(xgather.OutOfBoundsError) as info:
+        xgather.raise_if_error()
+    text = str(info.value)
+    assert "index 9 at indices[0] is out of range [-3, 2] for data axis 0" in text
+    assert f"call {group // 2 + 2} of xgather.checked(" in text  # f's 2nd call in the group
+    assert f"{group - 4} later call(s) were pending" in text
+    assert stacked == [group, group]
+    xgather.raise_if_error()  # once
+    f(DATA, np.array([1, -3]))  # a part-filled group is read at raise_if_error
+    xgather.raise_if_error()
+    assert stacked == [group] * 3
 
 
 @pytest.mark.parametrize("nested", [False, True], ids=["plain", "nested-checkify"])
@@ -371,18 +408,22 @@ def test_non_hashable_constants_get_a_clear_error():
 @pytest.mark.subprocess
 def test_an_unread_failure_is_reported_at_exit_and_the_env_switch_makes_calls_sync():
     code = textwrap.dedent("""
-        import numpy as np, xgather
+        import sys, numpy as np, xgather
+        if sys.argv[1] == "in groups":  # an accelerator's way, with CPU flags
+            xgather._check._on_host = lambda flag: False
         f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
-        f(np.zeros(3, np.float32), np.array([4]))
+        for n in range(11):  # the last group part-filled: read at exit
+            f(np.zeros(3, np.float32), np.array([4 if n == 10 else 0]))
         print("returned")
     """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0 and "returned" in run.stdout
-    assert "a check failed and was never read" in run.stderr
-    assert "index 4 at indices[0]" in run.stderr
-    env_sync = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=120, env={**__import__("os").environ,
-                                                "XGATHER_SYNC_CHECKS": "1"})
+    for reads in ("one by one", "in groups"):
+        run = subprocess.run([sys.executable, "-c", code, reads], capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0 and "returned" in run.stdout, run.stderr
+        assert "a check failed and was never read" in run.stderr, reads
+        assert "index 4 at indices[0]" in run.stderr and "call 11 of" in run.stderr, reads
+    env_sync = subprocess.run([sys.executable, "-c", code, "in groups"], capture_output=True,
+                              text=True, timeout=120, env={**__import__("os").environ,
+                                                           "XGATHER_SYNC_CHECKS": "1"})
     assert env_sync.returncode != 0 and "returned" not in env_sync.stdout
     assert "OutOfBoundsError" in env_sync.stderr

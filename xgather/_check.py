@@ -14,8 +14,10 @@ Read top to bottom, this module is the whole check:
 3. **Where a traced check may go** (``traced``): under ``checkify`` that
    keeps user checks (so under [`checked`][xgather.checked]), else a clear error at trace time.
 4. **When a failure is raised** ([`checked`][xgather.checked]): each call returns its result
-   at once and copies its flag to the host asynchronously; the flag is read at
-   a later call of any checked function in the same thread (blocking only when
+   at once and queues its flag (``_Calls``): a CPU's is on the host already, an
+   accelerator's are read in groups of [`READ_GROUP`][xgather.READ_GROUP] calls (``_Group``:
+   one small program stacks their first values, one copy to the host). Flags are read
+   at a later call of any checked function in the same thread (blocking only when
    more than [`MAX_PENDING`][xgather.MAX_PENDING] calls are pending), at
    [`raise_if_error`][xgather.raise_if_error],
    or at exit. ``sync=True`` (or [`sync_checks`][xgather.sync_checks], ``XGATHER_SYNC_CHECKS=1``)
@@ -362,9 +364,16 @@ def traced(op: str) -> None:
 
 # -- 4. when a failure is raised ---------------------------------------------------------------
 
-MAX_PENDING = 8
+MAX_PENDING = 16
 """The most calls of [`checked`][xgather.checked] functions whose flags a thread leaves
 unread: a call that finds this many waits for the oldest before it runs."""
+
+READ_GROUP = 8
+"""On an accelerator, [`checked`][xgather.checked] reads flags in groups of this many
+calls: one small program stacks their first values, one copy brings them to the host.
+Copying and reading each flag by itself costs a call more host time than a small
+gather takes (about 80 µs on an H100). A CPU's flags are on the host already: each is
+read by itself, as soon as it is ready."""
 
 _sync_all = os.environ.get("XGATHER_SYNC_CHECKS", "") not in ("", "0")
 
@@ -400,15 +409,78 @@ class _Pending:
         return structure.unflatten(leaves)
 
 
+class _Group:
+    """Calls whose flags, on one accelerator sharding, are read together: once the group
+    is closed (full, or read before it filled), ``heads`` stacks their first values on
+    the device and is copied to the host asynchronously. (A flag on the host already is
+    a queue's entry by itself: its ``_Pending``.)"""
+    __slots__ = ("calls", "sharding", "heads")
+
+    def __init__(self, pending: _Pending, sharding):
+        self.calls, self.sharding, self.heads = [pending], sharding, None
+
+    def close(self) -> None:
+        if self.heads is None:
+            flags = [p.flag for p in self.calls]
+            # the same count every time: one program per layout of flags
+            heads = _heads(*flags, *flags[-1:] * (READ_GROUP - len(flags)))
+            heads.copy_to_host_async()
+            self.heads = heads
+
+    def failed(self) -> int | None:
+        """The position in ``calls`` of the first call whose check failed, if any
+        (waits for the flags)."""
+        hit = np.flatnonzero(np.asarray(self.heads)[:len(self.calls)])
+        return int(hit[0]) if hit.size else None
+
+
+@jax.jit
+def _heads(*flags):
+    return jnp.stack([flag[0] != 0 for flag in flags])
+
+
+class _Calls:
+    """One thread's calls whose flags are unread, in call order: each host flag's
+    ``_Pending``, each accelerator group."""
+    __slots__ = ("groups", "count")
+
+    def __init__(self):
+        self.groups: collections.deque[_Pending | _Group] = collections.deque()
+        self.count = 0
+
+    def add(self, pending: _Pending, sharding) -> None:
+        """Queue a call's flag: ``sharding`` None where it is on the host already."""
+        self.count += 1
+        groups = self.groups
+        last = groups[-1] if groups else None
+        if isinstance(last, _Group) and last.heads is None:  # an open group
+            if sharding is not None and sharding == last.sharding:
+                last.calls.append(pending)
+                if len(last.calls) == READ_GROUP:
+                    last.close()
+                return
+            last.close()
+        groups.append(pending if sharding is None else _Group(pending, sharding))
+
+    def clear(self) -> None:
+        self.groups.clear()
+        self.count = 0
+
+
 _local = threading.local()
-_queues: list[collections.deque] = []  # every thread's, for the report at exit
+_queues: list[_Calls] = []  # every thread's, for the report at exit
 _queues_lock = threading.Lock()
 
 
-def _queue() -> collections.deque:
+def _on_host(flag) -> bool:
+    """Whether a program's flag is in host memory already (a CPU's)."""
+    return all(d.platform == "cpu" for d in flag.devices())
+
+
+def _queue() -> _Calls:
     queue = getattr(_local, "queue", None)
     if queue is None:
-        queue = _local.queue = collections.deque()
+        queue = _local.queue = _Calls()
         with _queues_lock:
             if not _queues:  # registered once JAX runs, so that it runs before JAX's own
                 atexit.register(_report_at_exit)
@@ -416,18 +488,33 @@ def _queue() -> collections.deque:
     return queue
 
 
-def _settle(queue: collections.deque, keep: int) -> None:
-    """Read the flags of ``queue`` in call order: those ready, and the oldest ones
-    while more than ``keep`` remain (``keep=0``: all). Raises the first failure."""
-    while queue:
-        pending = queue[0]
-        if len(queue) <= keep and not pending.flag.is_ready():
+def _settle(queue: _Calls, keep: int) -> None:
+    """Read the flags of ``queue`` in call order: those ready (a whole group's), and the
+    oldest ones while more than ``keep`` remain (``keep=0``: all). Raises the first
+    failure."""
+    groups = queue.groups
+    while groups:
+        entry = groups[0]
+        if isinstance(entry, _Pending):  # a flag on the host
+            if queue.count <= keep and not entry.flag.is_ready():
+                return
+            groups.popleft()
+            queue.count -= 1
+            if flag_set(entry.flag):
+                later = queue.count
+                queue.clear()
+                _raise(entry, deferred=True, later=later)
+            continue
+        if queue.count <= keep and (entry.heads is None or not entry.heads.is_ready()):
             return
-        queue.popleft()
-        if flag_set(pending.flag):
-            later = len(queue)
+        entry.close()
+        groups.popleft()
+        queue.count -= len(entry.calls)
+        at = entry.failed()
+        if at is not None:
+            later = queue.count + len(entry.calls) - at - 1
             queue.clear()
-            _raise(pending, deferred=True, later=later)
+            _raise(entry.calls[at], deferred=True, later=later)
 
 
 def raise_if_error() -> None:
@@ -435,7 +522,7 @@ def raise_if_error() -> None:
     and raise the first failure, once ([`OutOfBoundsError`][xgather.OutOfBoundsError], or
     a user's own checkify error)."""
     queue = getattr(_local, "queue", None)
-    if queue:
+    if queue is not None and queue.count:
         _settle(queue, 0)
 
 
@@ -493,18 +580,21 @@ def _raise(pending: _Pending, deferred: bool, later: int = 0):
 
 
 def _report_at_exit() -> None:
-    """A failure still unread at exit is reported as a warning, not lost."""
+    """A failure still unread at exit is reported as a warning, not lost. Each flag is
+    read by itself: no program runs at exit."""
     for queue in list(_queues):
-        while queue:
-            pending = queue.popleft()
+        calls = [p for entry in queue.groups
+                 for p in (entry.calls if isinstance(entry, _Group) else [entry])]
+        queue.clear()
+        for at, pending in enumerate(calls):
             try:
                 if flag_set(pending.flag):
-                    _raise(pending, deferred=True, later=len(queue))
+                    _raise(pending, deferred=True, later=len(calls) - at - 1)
             except Exception as err:  # noqa: BLE001 - reported, whatever it is
                 warnings.warn(f"xgather: a check failed and was never read (call "
                               f"xgather.raise_if_error() to raise it): {err}",
                               UncheckedWarning, stacklevel=1)
-                queue.clear()
+                break
 
 
 #: Whether [`checked`][xgather.checked] is tracing (``xgather._modes.TraceState``): part of
@@ -637,10 +727,11 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
 
     Returns a jitted function that runs ``fn`` under ``checkify`` in one program,
     which returns the result and a flag. The call returns the result without
-    waiting for the program: the flag is copied to the host asynchronously, and
-    an [`OutOfBoundsError`][xgather.OutOfBoundsError] is raised at the next call of any
-    checked function in this thread once that flag is read (the call waits only
-    when more than [`MAX_PENDING`][xgather.MAX_PENDING] flags are unread), at
+    waiting for the program: the flag is read later (on an accelerator, with those
+    of [`READ_GROUP`][xgather.READ_GROUP] calls together, copied to the host
+    asynchronously), and an [`OutOfBoundsError`][xgather.OutOfBoundsError] is raised at
+    the next call of any checked function in this thread once that flag is read (the
+    call waits only when more than [`MAX_PENDING`][xgather.MAX_PENDING] flags are unread), at
     [`raise_if_error`][xgather.raise_if_error], or reported at exit. ``sync=True`` (or
     [`sync_checks`][xgather.sync_checks]) raises at the call itself.
 
@@ -756,7 +847,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     def wrapper(*args, **kwargs):
         nonlocal calls, on_host
         queue = _queue()
-        if queue:
+        if queue.count:
             _settle(queue, MAX_PENDING - 1)
         flag, leaves, out, state = run(args, kwargs)
         if isinstance(flag, jax.core.Tracer):  # called inside a transformation
@@ -775,11 +866,9 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
             if flag_set(flag):
                 _raise(pending, deferred=False)
         else:
-            if on_host is None:  # a flag on a CPU is on the host already
-                on_host = all(d.platform == "cpu" for d in flag.devices())
-            if not on_host:
-                flag.copy_to_host_async()
-            queue.append(pending)
+            if on_host is None:
+                on_host = _on_host(flag)
+            queue.add(pending, None if on_host else flag.sharding)
         return out
 
     return wrapper
