@@ -99,10 +99,18 @@ def gather_node_test_case(backend, module_name: str):
     return case
 
 
+def pytest_env(**extra: str) -> dict[str, str]:
+    """The environment for a pytest that a test starts: this one's and ``extra``, less the
+    variables of a pytest-xdist worker, which that pytest is not (pytest-benchmark 5.2
+    reads ``PYTEST_XDIST_WORKER`` as xdist being active there, and warns)."""
+    return {**{name: value for name, value in os.environ.items()
+               if not name.startswith("PYTEST_XDIST_")}, **extra}
+
+
 def rerun_with_x64(test_file: str, select: str) -> None:
     """Run the tests of ``test_file`` that ``-k select`` picks in a fresh Python with
     ``JAX_ENABLE_X64=1`` (the flag must be set before JAX starts); assert they pass."""
-    env = {**os.environ, "JAX_ENABLE_X64": "1", "PYTHONWARNINGS": ""}
+    env = pytest_env(JAX_ENABLE_X64="1", PYTHONWARNINGS="")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-o", "addopts=-p tests.plugin_guard", test_file, "-k", select],
                           capture_output=True, text=True, env=env, timeout=600,

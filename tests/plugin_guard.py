@@ -24,11 +24,17 @@ def _foreign_packages() -> set[str]:
             for ep in entry_points(group="pytest11")} - _OURS
 
 
-def _show_their_warnings() -> None:
+def _their_modules() -> str | None:
+    """A pattern for the modules of the installed plugins' packages (None: no plugin)."""
     packages = _foreign_packages()
-    if packages:
-        pattern = "|".join(sorted(map(re.escape, packages)))
-        warnings.filterwarnings("default", module=rf"({pattern})(\.|$)")
+    if not packages:
+        return None
+    return rf"({'|'.join(sorted(map(re.escape, packages)))})(\.|$)"
+
+
+def _show_their_warnings() -> None:
+    if modules := _their_modules():
+        warnings.filterwarnings("default", module=modules)
 
 
 # While pytest imports the plugins and adds their options (this module is imported first,
@@ -38,5 +44,9 @@ _show_their_warnings()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    # ... and while it configures them (a context of its own).
+    # ... and while it configures them (a context of its own, entered before this hook;
+    # pytest 8.4 to 9.1 enter it in their warnings plugin's pytest_configure, after this
+    # hook, from the ini's filters: there the filter goes too).
     _show_their_warnings()
+    if modules := _their_modules():
+        config.addinivalue_line("filterwarnings", f"default:::{modules}")

@@ -93,6 +93,25 @@ def test_torch_tensors():
         xgather.onnx.gather(data, torch.tensor([1, 9]))
 
 
+def test_torch_cpu_tensors_without_jax_cpu_backend(monkeypatch):
+    """Where JAX has no CPU backend (``JAX_PLATFORMS=cuda``), its DLPack import cannot
+    read a CPU tensor: torch's bfloat16 (which NumPy reads through ml_dtypes only) is read
+    on the host, as the other types are, and gathered on the default device."""
+    torch = pytest.importorskip("torch", reason="torch is installed on CI's oldest leg only")
+
+    def no_cpu_backend(*args, **kwargs):
+        raise RuntimeError("Unknown backend cpu. Available backends are ['cuda']")
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", no_cpu_backend)
+    half = torch.tensor([[1.5, -2.5e-3], [3.0e38, 7.0]], dtype=torch.bfloat16).T
+    got = xgather.onnx.gather(half, torch.tensor([1, -2]))
+    assert got.dtype == jax.numpy.bfloat16 and got.devices() == {jax.devices()[0]}
+    want = half[torch.tensor([1, -2])].float().numpy()
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float32), want)
+    grad = torch.tensor([1.0, 2.0], dtype=torch.bfloat16, requires_grad=True)
+    assert np.asarray(xgather.onnx.gather(grad, np.array([1]))).astype(np.float32).tolist() \
+        == [2.0]
+
+
 MASKED = [
     ("float data", np.ma.masked_array(DATA, mask=DATA > 5), np.array([0])),
     ("indices", DATA, np.ma.masked_array([0, 1], mask=[0, 1])),

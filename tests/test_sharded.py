@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xgather
-from tests.helpers import rerun_with_x64
+from tests.helpers import pytest_env, rerun_with_x64
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.subprocess
 def test_on_eight_devices():
     # Eight fake CPU devices, also where the suite runs on a GPU (JAX_PLATFORMS=cuda).
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                         " --xla_force_host_platform_device_count=8").strip()}
+    env = pytest_env(JAX_PLATFORMS="cpu",
+                     XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
+                                " --xla_force_host_platform_device_count=8").strip())
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-o", "addopts=-p tests.plugin_guard",

@@ -14,12 +14,14 @@ a NumPy array of the original dtype, bit for bit.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from xgather._errors import XGatherError, XGatherTypeError, fail
@@ -78,8 +80,8 @@ def foreign_input(op: str, name: str, x):
 
 def _from_array_object(op: str, name: str, x):
     """A torch tensor (or another object with ``__dlpack__`` or ``__array__``) as a NumPy
-    array where NumPy can hold it on the host (exact at any width), else as a JAX array
-    (bfloat16; data on an accelerator, which stays there)."""
+    array where it is on the host (exact at any width; torch's bfloat16 and float8 as
+    ml_dtypes' types), else as a JAX array (data on an accelerator, which stays there)."""
     what = f"{type(x).__module__}.{type(x).__qualname__}"
     detach = getattr(x, "detach", None)
     if getattr(x, "requires_grad", False) and callable(detach):
@@ -91,7 +93,10 @@ def _from_array_object(op: str, name: str, x):
         try:
             return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
         except errors:
-            pass  # a dtype NumPy does not hold (bfloat16): through JAX below
+            pass  # a dtype NumPy holds only through ml_dtypes (bfloat16), or none
+        host = _torch_ml_dtype(x)
+        if host is not None:
+            return host
     try:
         out = jax.dlpack.from_dlpack(x) if hasattr(x, "__dlpack__") else jnp.asarray(x)
     except errors as err:
@@ -104,6 +109,24 @@ def _from_array_object(op: str, name: str, x):
              "jax_enable_x64 is off (enable it, or move the tensor to the CPU)",
              str(x.dtype), kind=XGatherTypeError)
     return out
+
+
+def _torch_ml_dtype(x) -> np.ndarray | None:
+    """A torch tensor on the CPU whose type NumPy holds through ml_dtypes only (bfloat16,
+    the float8 types) as a NumPy array of that type, without a copy: its bits viewed as
+    integers of the same width; None for anything else.
+
+    Not through JAX's DLPack import, which needs JAX's CPU backend (absent where
+    ``JAX_PLATFORMS=cuda``) and would leave the data there instead of on the default device.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return None
+    kind = getattr(ml_dtypes, str(x.dtype).removeprefix("torch."), None)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}.get(x.dtype.itemsize)
+    if kind is None or bits is None:
+        return None
+    return np.from_dlpack(x.view(bits)).view(kind)
 
 
 def _short(text: str, limit: int = 120) -> str:
