@@ -130,26 +130,19 @@ def pieces(device) -> dict[str, float]:
         f.copy_to_host_async()
         time.sleep(0.0005)
         return f
-    group = [flag() for _ in range(_check.READ_GROUP)]
+    calls = [_check._Pending(flag(), [], "pieces", n) for n in range(_check.READ_GROUP)]
 
-    def read_group():
-        heads = _check._heads(*group)
-        heads.copy_to_host_async()
-        np.asarray(heads)
+    def read_group():  # as checked reads a full group: stacked, copied, read
+        group = _check._Group(calls[0], None)
+        group.calls[1:] = calls[1:]
+        group.close()
+        group.failed()
     for f in (one, two):
         jax.block_until_ready(f(d, i))
     read_group()
-
-    def host(f):
-        def call():
-            out = f(d, i)
-            calls.append(out)
-            if len(calls) == PIPELINE:
-                jax.block_until_ready(calls)
-                calls.clear()
-        calls: list = []
-        return _median_us(call)
-    return {"call, one output": host(one), "call, a flag beside": host(two),
+    host = _host_times({"call, one output": lambda: one(d, i),
+                        "call, a flag beside": lambda: two(d, i)}, 100)
+    return {**{k: v * 1e6 for k, v in host.items()},
             "flag.copy_to_host_async()": _median_us(lambda f: f.copy_to_host_async(), flag),
             "flag.is_ready()": _median_us(lambda f: f.is_ready(), flag),
             "read a copied flag": _median_us(np.asarray, copied),

@@ -491,7 +491,8 @@ def _queue() -> _Calls:
 def _settle(queue: _Calls, keep: int) -> None:
     """Read the flags of ``queue`` in call order: those ready (a whole group's), and the
     oldest ones while more than ``keep`` remain (``keep=0``: all). Raises the first
-    failure."""
+    failure. (A host flag's entry is read on a branch of its own: this runs at every
+    call, where a group-of-one interface cost half a microsecond more a call.)"""
     groups = queue.groups
     while groups:
         entry = groups[0]
@@ -501,9 +502,7 @@ def _settle(queue: _Calls, keep: int) -> None:
             groups.popleft()
             queue.count -= 1
             if flag_set(entry.flag):
-                later = queue.count
-                queue.clear()
-                _raise(entry, deferred=True, later=later)
+                _fail(queue, [entry], 0)
             continue
         if queue.count <= keep and (entry.heads is None or not entry.heads.is_ready()):
             return
@@ -512,9 +511,15 @@ def _settle(queue: _Calls, keep: int) -> None:
         queue.count -= len(entry.calls)
         at = entry.failed()
         if at is not None:
-            later = queue.count + len(entry.calls) - at - 1
-            queue.clear()
-            _raise(entry.calls[at], deferred=True, later=later)
+            _fail(queue, entry.calls, at)
+
+
+def _fail(queue: _Calls, calls: list[_Pending], at: int) -> None:
+    """Raise ``calls[at]``'s failure, ``queue`` read up to ``calls``: the calls after it
+    are dropped unread (and counted in the error)."""
+    later = queue.count + len(calls) - at - 1
+    queue.clear()
+    _raise(calls[at], deferred=True, later=later)
 
 
 def raise_if_error() -> None:
