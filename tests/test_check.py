@@ -403,6 +403,75 @@ def test_non_hashable_constants_get_a_clear_error():
         f(DATA, np.array([0]), bytearray(b"not hashable"))
 
 
+def test_static_argnames_as_one_name():
+    """As jax.jit takes it: one name is a string, not a sequence of its letters."""
+    f = xgather.checked(lambda d, i, axis=0: G(d, i, axis=axis), static_argnames="axis")
+    np.testing.assert_array_equal(np.asarray(f(DATA, np.array([3, -1]), axis=1)),
+                                  reference.gather(DATA, np.array([3, -1]), axis=1))
+    f(DATA, np.array([4]), axis=1)
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 4 at indices\[0\] is out of "
+                       r"range \[-4, 3\] for data axis 1"):
+        xgather.raise_if_error()
+
+
+CONST_DATA = jnp.asarray(DATA)
+
+
+@pytest.mark.parametrize("where", ["jit", "scan", "eval_shape", "checked", "grad"])
+def test_constant_arrays_inside_a_trace_are_checked_as_it_traces(where):
+    """Device arrays that a traced function closes over (a table, fixed ids) are known
+    while it traces: their indices are checked then, and the gather goes into the trace."""
+    def run(indices):
+        def f(x):
+            return x * G(CONST_DATA, indices)
+        if where == "jit":
+            return np.asarray(jax.jit(f)(jnp.float32(2)))
+        if where == "scan":
+            return np.asarray(lax.scan(lambda c, _: (c, f(c)), jnp.float32(2), None,
+                                       length=1)[1][0])
+        if where == "eval_shape":
+            return jax.eval_shape(f, jnp.float32(2))
+        if where == "checked":
+            return np.asarray(xgather.checked(f, sync=True)(jnp.float32(2)))
+        return np.asarray(jax.grad(lambda x: f(x).sum())(jnp.float32(2)))
+
+    good = jnp.array([2, -1, -3])
+    expected = reference.gather(DATA, np.array([2, -1, -3]))
+    got = run(good)
+    if where == "eval_shape":
+        assert got.shape == expected.shape and got.dtype == np.float32
+    elif where == "grad":
+        np.testing.assert_allclose(got, expected.sum())
+    else:
+        np.testing.assert_array_equal(got, 2 * expected)
+    with pytest.raises(xgather.OutOfBoundsError,
+                       match=r"index -4 at indices\[1\] is out of range \[-3, 2\]"):
+        run(jnp.array([0, -4]))
+
+
+def test_checked_under_disable_jit_raises_at_the_call():
+    """jax.disable_jit, for stepping through a function: each op runs at once, and a bad
+    index raises there, as an eager call does."""
+    f = xgather.checked(lambda d, i: G(d, i) + 1)
+    with jax.disable_jit():
+        np.testing.assert_array_equal(np.asarray(f(CONST_DATA, jnp.array([-1]))),
+                                      reference.gather(DATA, np.array([-1])) + 1)
+        with pytest.raises(xgather.OutOfBoundsError, match="index 5 at indices"):
+            f(CONST_DATA, jnp.array([1, 5]))
+
+
+def test_a_list_argument_under_jit_is_indices():
+    """A Python list passed to a jitted function arrives as a list of traced scalars."""
+    f = xgather.checked(lambda d, i: G(d, i))
+    np.testing.assert_array_equal(np.asarray(f(DATA, [2, -1])),
+                                  reference.gather(DATA, np.array([2, -1])))
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda d, i: G(d, i, mode="clip"))(
+        DATA, [5, 1])), reference.gather(DATA, np.array([5, 1]), oob="clip"))
+    f(DATA, [0, 3])
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 3 at indices\[1\]"):
+        xgather.raise_if_error()
+
+
 # -- at exit and from the environment --------------------------------------------------------
 
 @pytest.mark.subprocess

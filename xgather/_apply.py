@@ -99,6 +99,12 @@ def eager_runner(call: Call, indices):
 
     def device_checked(data, indices):
         bad, out = gather(data, indices)
+        if isinstance(bad, jax.core.Tracer):
+            # Arrays known now, inside a trace (constants that a function under jax.jit,
+            # lax.scan or xgather.checked closes over; jax.disable_jit under checkify): the
+            # program went into that trace, and the indices are checked on the host now.
+            _check.host_check(plan, indices)
+            return out
         if _check.flag_set(bad):  # waits for the program: an eager call raises at the call
             _check.host_check(plan, indices)
             raise AssertionError(f"{plan.op}: the device flagged an index the host check "

@@ -723,7 +723,8 @@ def _key(entry):
 
 
 def _argnums(value) -> tuple:
-    return (value,) if isinstance(value, int) else tuple(value)
+    """jax.jit's forms: one position or name, or several."""
+    return (value,) if isinstance(value, int | str) else tuple(value)
 
 
 def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(),

@@ -75,6 +75,8 @@ def foreign_input(op: str, name: str, x):
         return foreign_input(op, name, np.asarray(x))
     if hasattr(x, "__dlpack__") or hasattr(x, "__array__"):
         return _from_array_object(op, name, x)
+    if isinstance(x, list | tuple) and is_traced(*jax.tree.leaves(x)):
+        return jnp.asarray(x)  # traced values in a list (a list argument under jax.jit)
     return x  # not an array: the frontend's check names it
 
 
