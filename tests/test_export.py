@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import re
+import sys
 
 import jax
 import numpy as np
@@ -700,6 +702,35 @@ def test_export_empties_the_cache_of_jitted_functions():
     assert xgather._apply.program.cache_info().currsize == 0
     np.testing.assert_array_equal(fn(DATA, indices),
                                   reference.gather(DATA, indices, 1, negative=False))
+
+
+@pytest.mark.parametrize("path", ["jit as it is", "split arguments"])
+def test_a_checked_function_exports_with_the_check_and_runs_after(path, monkeypatch):
+    """xgather.checked(step) exports as step does (the check is onnxruntime's), and
+    nothing is traced under jax2onnx's patches: the function runs after. Both ways a
+    checked call takes its arguments (the second, once flax.nnx is imported)."""
+    if path == "jit as it is":
+        monkeypatch.delitem(sys.modules, "flax.nnx", raising=False)
+    else:
+        monkeypatch.setitem(sys.modules, "flax.nnx", importlib.import_module("flax.nnx"))
+    f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i, axis=1))
+    good, bad = _i([[0, -1, 2]]), _i([[0, 4, 1]])
+    want = reference.gather(DATA, good, 1)
+    np.testing.assert_array_equal(np.asarray(f(DATA, good)), want)  # traced before
+    model = _export(f, (DATA, good), 21)
+    assert [n.op_type for n in model.graph.node] == ["Gather"]
+    np.testing.assert_array_equal(_ort(model, (DATA, good)), want)
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument,
+                       match="out of data bounds"):
+        _ort(model, (DATA, bad))
+    np.testing.assert_array_equal(np.asarray(f(DATA, _i([[1, -2, 0]]))),
+                                  reference.gather(DATA, _i([[1, -2, 0]]), 1))
+    f(DATA, bad)
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 4 at indices\[0, 1\]"):
+        xgather.raise_if_error()
+    g = xgather.checked(lambda d, i: xgather.onnx.gather(d, i, axis=1))
+    _export(g, (DATA, good), 21)  # traced first under the exporter
+    np.testing.assert_array_equal(np.asarray(g(DATA, good)), want)
 
 
 def test_empty_axis_fill_exports():

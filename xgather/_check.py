@@ -748,7 +748,8 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     constants). ``static_argnums``, ``static_argnames``, ``donate_argnums`` and
     ``donate_argnames`` are ``jax.jit``'s. Use it as the outermost wrapper;
     called inside another transformation it fails with a clear error (or, under a
-    ``checkify`` that keeps user checks, leaves the check to that one).
+    ``checkify`` that keeps user checks, leaves the check to that one; traced by
+    jax2onnx, it is ``fn``, whose ops export with their checks).
     Also a decorator: ``@xgather.checked`` or ``@xgather.checked(sync=True)``.
 
     Examples:
@@ -832,19 +833,34 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     def run(args, kwargs):
         """``(flag, leaves, out, state)`` of one call: through ``jax.jit`` as it is where it
         takes the arguments and the result (no nnx objects, no constants), else through
-        ``arrays_of`` (fewer microseconds a call the first way)."""
+        ``arrays_of`` (fewer microseconds a call the first way). None where an exporter
+        traces the call (``_exporting``): nothing is traced then."""
         nonlocal direct_fails
         refused = None
         if not direct_fails and "flax.nnx" not in sys.modules:
+            if _exporting(args[:1]):
+                return None
             try:
                 return (*direct(*args, **kwargs), None)
             except TypeError as err:  # a function, a string, an equinox field: a constant
                 refused = err  # (or fn's own TypeError, which the second way raises again)
         entry, donated, kept = arrays_of(args, kwargs)
+        if _exporting(donated[:1] or kept[:1]):
+            return None
         flag, leaves, arrays, state = entry[1](donated, kept)
         if refused is not None:
             direct_fails = True  # the second way took what jax.jit refused
         return flag, leaves, _join_result(arrays, results[entry[0]]), state
+
+    def forget():
+        """Drop every trace and program made so far (those made under an exporter's patches
+        among them): the next call traces again."""
+        nonlocal direct_fails
+        direct.clear_cache()
+        results.clear()
+        programs.clear()
+        known.clear()
+        direct_fails = False
 
     calls = 0
     on_host = None  # whether flags are on the host already (a CPU's), once known
@@ -855,8 +871,19 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         queue = _queue()
         if queue.count:
             _settle(queue, MAX_PENDING - 1)
-        flag, leaves, out, state = run(args, kwargs)
+        try:
+            ran = run(args, kwargs)
+        except Exception:
+            if _patches.foreign():  # traced under an exporter's patches: not to be kept
+                forget()
+            raise
+        if ran is None:  # an exporter traces the call: fn's ops export with their checks
+            return fn(*args, **kwargs)
+        flag, leaves, out, state = ran
         if isinstance(flag, jax.core.Tracer):  # called inside a transformation
+            if _patches.foreign():  # an exporter, unseen by _exporting: as above
+                forget()
+                return fn(*args, **kwargs)
             if _jaxprivate.checkify_errors() is None:
                 fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
                      "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
@@ -878,6 +905,13 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         return out
 
     return wrapper
+
+
+def _exporting(first) -> bool:
+    """Whether an exporter (jax2onnx) traces a call whose first array argument is
+    ``first`` (a list of it, or empty): a tracer, under another library's patches of JAX.
+    What is traced there holds the exporter's primitives, which nothing else lowers."""
+    return bool(first) and isinstance(first[0], jax.core.Tracer) and _patches.foreign()
 
 
 def flag_set(flag) -> bool:
