@@ -871,12 +871,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         queue = _queue()
         if queue.count:
             _settle(queue, MAX_PENDING - 1)
-        try:
-            ran = run(args, kwargs)
-        except Exception:
-            if _patches.foreign():  # traced under an exporter's patches: not to be kept
-                forget()
-            raise
+        ran = run(args, kwargs)
         if ran is None:  # an exporter traces the call: fn's ops export with their checks
             return fn(*args, **kwargs)
         flag, leaves, out, state = ran

@@ -75,9 +75,20 @@ def foreign_input(op: str, name: str, x):
         return foreign_input(op, name, np.asarray(x))
     if hasattr(x, "__dlpack__") or hasattr(x, "__array__"):
         return _from_array_object(op, name, x)
-    if isinstance(x, list | tuple) and is_traced(*jax.tree.leaves(x)):
+    if isinstance(x, list | tuple) and _holds_tracers(x):
         return jnp.asarray(x)  # traced values in a list (a list argument under jax.jit)
     return x  # not an array: the frontend's check names it
+
+
+def _holds_tracers(x: list | tuple) -> bool:
+    """Whether a (nested) list holds traced values, as a list argument of a jitted function
+    does. A list whose first value is a number is taken for a list of numbers, without
+    reading the rest: every list given to an op passes here."""
+    first = x
+    while isinstance(first, list | tuple) and first:
+        first = first[0]
+    return not isinstance(first, int | float | complex | np.generic) and \
+        is_traced(*jax.tree.leaves(x))
 
 
 def _from_array_object(op: str, name: str, x):
