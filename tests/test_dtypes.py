@@ -240,6 +240,40 @@ def test_int64_indices_beyond_int32_stay_out_of_range(op, mode):
         np.testing.assert_array_equal(g, ref.scatter_add_take(data.shape, idx, ct, oob=mode))
 
 
+@pytest.mark.parametrize("how", ["positional", "keyword", "scalar", "unsigned"])
+def test_checked_arguments_beyond_int32(how):
+    """With x64 off, jax.jit cuts a 64-bit NumPy argument to 32 bits (2**32 + 1 would read
+    row 1, without a word): a checked function refuses it at the call, naming the value
+    and what it would become. With x64 on it is the out-of-range index it is."""
+    data = np.arange(10, dtype=np.float32)
+    value, bad, cut = {"positional": (np.array([3, 2**32 + 1]), 2**32 + 1, 1),
+                       "keyword": (np.array([[3], [-2**40]]), -2**40, 0),
+                       "scalar": (np.int64(2**33 + 7), 2**33 + 7, 7),
+                       "unsigned": (np.array([2**32 + 1], np.uint64), 2**32 + 1, 1)}[how]
+    if how == "unsigned":  # OpenVINO takes any integer type; its out-of-range rows are zeros
+        f = xgather.checked(lambda d, i: xgather.openvino.gather(d, i, 0))
+    else:
+        f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
+    call = (lambda: f(data, i=value)) if how == "keyword" else (lambda: f(data, value))
+    if X64:
+        if how == "unsigned":
+            np.testing.assert_array_equal(call(), ref.gather(data, value, oob="fill", fill=0))
+        else:
+            call()
+            with pytest.raises(xgather.OutOfBoundsError, match=rf"index {bad} at indices"):
+                xgather.raise_if_error()
+    else:
+        name = "'i'" if how == "keyword" else "1"
+        with pytest.raises(xgather.XGatherTypeError,
+                           match=rf"argument {name}, a NumPy u?int64( array)?, is cut to 32 "
+                                 rf"bits .* its value {bad}( at \[.*\])? would become {cut}\."):
+            call()
+    # 64-bit NumPy indices that fit are taken as they are
+    fit = np.array([3, -1]) if how != "unsigned" else np.array([3, 9], np.uint64)
+    np.testing.assert_array_equal(f(data, fit), ref.gather(data, fit))
+    xgather.raise_if_error()
+
+
 @pytest.mark.parametrize("value", [*BEYOND_INT32[:7], np.uint64(2**32 + 2), np.uint64(2**64 - 1)],
                          ids=repr)
 def test_numpy_scalar_indices_beyond_int32(value):

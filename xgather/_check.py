@@ -48,7 +48,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _indices, _jaxprivate, _patches
+from xgather import _dtypes, _indices, _jaxprivate, _patches
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 from xgather._gather import Call
 from xgather._modes import TraceState
@@ -774,6 +774,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     argnums, argnames = _argnums(static_argnums), _argnums(static_argnames)
     donate_nums, donate_names = _argnums(donate_argnums), _argnums(donate_argnames)
+    static = frozenset(argnums + argnames)
 
     results: dict = {}  # spec -> how the result's arrays go back into its structure
     programs: dict = {}  # spec -> [spec, its jitted program]
@@ -868,6 +869,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         nonlocal calls, on_host
+        _dtypes.check_jit_arguments(name, args, kwargs, static)
         queue = _queue()
         if queue.count:
             _settle(queue, MAX_PENDING - 1)

@@ -372,6 +372,48 @@ def saturated_int32(indices: np.ndarray, check=None) -> np.ndarray:
     return indices.astype(int32)
 
 
+def _cut_by_jit(x) -> tuple[int, tuple[int, ...]] | None:
+    """The first value of a 64-bit NumPy integer ``x`` that the 32-bit type of its kind
+    cannot hold, and its position (None where all fit)."""
+    info = np.iinfo(np.int32 if x.dtype.kind == "i" else np.uint32)
+    if not x.size or (x.min() >= info.min and x.max() <= info.max):
+        return None
+    flat = np.flatnonzero((x < info.min) | (x > info.max))[0]
+    return int(x.ravel()[flat]), tuple(int(k) for k in np.unravel_index(flat, x.shape))
+
+
+#: The argument types that jax.jit may cut (the 64-bit integer ones: arrays by dtype).
+_NUMPY = frozenset({np.ndarray, np.int64, np.uint64, np.longlong, np.ulonglong})
+
+
+def check_jit_arguments(fn_name: str, args, kwargs, static=()) -> None:
+    """With x64 off, ``jax.jit`` cuts a 64-bit NumPy integer argument to 32 bits, which
+    changes a value beyond that type (``2**32 + 1`` becomes ``1``, a valid row) without a
+    word: such an argument of a checked function is an ``XGatherTypeError`` at the call.
+    Arguments at the top level are seen (``static``: positions and names not traced)."""
+    for x in args:
+        if type(x) in _NUMPY:
+            break
+    else:
+        if not kwargs:
+            return
+    for where, x in (*enumerate(args), *kwargs.items()):
+        if (type(x) in _NUMPY and x.dtype.itemsize == 8
+                and x.dtype.kind in "iu" and where not in static and not x64()):
+            bad = _cut_by_jit(np.asarray(x))
+            if bad is not None:
+                value, at = bad
+                narrow = np.int32 if x.dtype.kind == "i" else np.uint32
+                cut = int(np.asarray(value, x.dtype).astype(narrow))
+                name = f"argument {where}" if isinstance(where, int) else f"argument {where!r}"
+                kind = f"NumPy {x.dtype} array" if isinstance(x, np.ndarray) else f"NumPy {x.dtype}"
+                fail(f"xgather.checked({fn_name})", f"{name}, a {kind}, is cut to 32 bits by "
+                     "jax.jit while jax_enable_x64 is off, and its value "
+                     f"{value}{f' at {list(at)}' if at else ''} would become {cut}. Pass it as "
+                     "int32 or as a JAX array, or turn jax_enable_x64 on",
+                     kind=XGatherTypeError)
+
+
 def needs_host(data) -> bool:
     """True for NumPy data that JAX cannot hold exactly (strings, 64-bit without x64)."""
     if is_traced(data) or isinstance(data, jax.Array):
