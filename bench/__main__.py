@@ -505,6 +505,9 @@ def main(argv=None) -> int:
         unknown = sorted(set(keys or ()) - set(WORKLOADS))
         if unknown:
             p.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+        from . import _alloc as alloc
+        if _expected_platform(a.device) == "cpu" and not alloc._backends_started():
+            alloc.keep_large_allocations()  # before JAX starts, as in the main job
         _set_cpu_dispatch(a.cpu_dispatch)
         import jax
 
@@ -518,7 +521,8 @@ def main(argv=None) -> int:
             timing.update(least=a.repeats, most=a.repeats)
         run_ = check.run(keys, "quick" if a.quick else None, device, timing,
                          lambda msg: print(msg, file=sys.stderr))
-        return _report(check, {"cpu_dispatch": _cpu_dispatch(), **run_}, a.json)
+        return _report(check, {"cpu_dispatch": _cpu_dispatch(),
+                               "allocator": alloc.allocator_settings(), **run_}, a.json)
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")

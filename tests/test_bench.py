@@ -950,6 +950,7 @@ def test_the_check_bench_end_to_end(tmp_path, capsys):
     text = capsys.readouterr().out
     rec = json.loads(out.read_text())
     assert rec["schema"] == check.SCHEMA and rec["pipeline"] == check.PIPELINE == 10
+    assert isinstance(rec["allocator"]["keep_large_allocations"], bool)  # False: JAX ran
     assert [r["workload"] for r in rec["results"]] == ["W8", "W7", "M1"]
     systems_ = {f"{m} {s}" for m in ("promise", "default", "sync")
                 for s in ("blocked", "pipelined")}
