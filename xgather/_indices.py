@@ -115,12 +115,31 @@ def bounds_array(plan, indices, xp=jnp):
 
 
 def valid(plan, indices, xp):
-    """True where an index lies in the spec's range (before any wrap)."""
-    s = bounds_array(plan, indices, xp)
-    inside = indices < s
-    if np.issubdtype(indices.dtype, np.signedinteger):
-        inside = inside & (indices >= (-s if plan.negative else 0))
+    """True where an index lies in the spec's range (before any wrap). Traced, in
+    ``lax`` ops: ``jnp``'s are jitted functions, each traced again at every new shape
+    (a first call's cost)."""
+    signed = np.issubdtype(indices.dtype, np.signedinteger)
+    if xp is not jnp:
+        s = bounds_array(plan, indices, xp)
+        inside = indices < s
+        if signed:
+            inside = inside & (indices >= (-s if plan.negative else 0))
+        return inside
+    s = _bounds_lax(plan, indices)
+    inside = lax.lt(indices, s)
+    if signed:
+        low = lax.neg(s) if plan.negative else lax.full_like(s, 0)
+        inside = lax.bitwise_and(inside, lax.ge(indices, low))
     return inside
+
+
+def _bounds_lax(plan, indices):
+    """``bounds_array`` for traced indices, as a constant of their shape."""
+    dtype = np.dtype(indices.dtype)
+    if plan.index_vector:
+        s = np.asarray(plan.bounds, dtype)
+        return lax.broadcast_in_dim(s, indices.shape, (indices.ndim - 1,))
+    return lax.full(indices.shape, plan.bounds[0], dtype)
 
 
 def out_of_range(plan, indices):
@@ -144,7 +163,10 @@ def wrap(plan, indices):
     """
     if not wraps(plan, indices):
         return indices
-    return jnp.where(indices < 0, indices + bounds_array(plan, indices), indices)
+    if isinstance(indices, np.ndarray):
+        return np.where(indices < 0, indices + bounds_array(plan, indices, np), indices)
+    s = _bounds_lax(plan, indices)
+    return lax.select(lax.lt(indices, lax.full_like(indices, 0)), lax.add(indices, s), indices)
 
 
 def saturate_64(plan, indices):

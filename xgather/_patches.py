@@ -19,16 +19,17 @@ from jax import lax
 #: The functions of ``jax``, ``jax.numpy`` and ``jax.lax`` that xgather's code calls
 #: (a test keeps this list complete).
 WATCHED = {
-    jax: ("clear_caches", "custom_jvp", "default_backend", "device_put", "devices", "grad",
-          "jit", "named_scope", "shard_map", "typeof", "vmap"),
-    jnp: ("all", "any", "array", "asarray", "broadcast_to", "clip",
-          "concatenate", "full", "imag", "issubdtype", "logical_and", "logical_not",
-          "logical_or", "max", "maximum", "minimum", "moveaxis", "ones", "pad", "ravel", "real",
-          "stack", "where", "zeros"),
-    lax: ("add", "all_gather", "axis_index", "bitcast_convert_type", "broadcasted_iota",
-          "clamp", "complex", "cond", "dynamic_index_in_dim", "full_like", "gather", "iota",
-          "platform_dependent", "psum", "psum_scatter", "reduce", "select", "slice",
-          "slice_in_dim", "with_sharding_constraint"),
+    jax: ("clear_caches", "default_backend", "device_put", "devices", "grad", "jit",
+          "named_scope", "shard_map", "typeof", "vmap"),
+    jnp: ("all", "any", "array", "asarray", "broadcast_to", "clip", "concatenate", "full",
+          "imag", "issubdtype", "logical_not", "max", "maximum", "minimum", "moveaxis", "ones",
+          "pad", "real", "stack", "where", "zeros"),
+    lax: ("add", "all_gather", "axis_index", "bitcast_convert_type", "bitwise_and",
+          "bitwise_not", "broadcast", "broadcast_in_dim", "broadcasted_iota", "clamp",
+          "complex", "concatenate", "cond", "convert_element_type", "dynamic_index_in_dim",
+          "dynamic_slice", "full", "full_like", "gather", "ge", "gt", "iota", "lt", "min",
+          "neg", "platform_dependent", "psum", "psum_scatter", "reduce", "reshape", "select",
+          "slice", "slice_in_dim", "with_sharding_constraint"),
 }
 
 # The module dicts (no deprecated name is touched) and the functions as xgather found them.
