@@ -360,14 +360,25 @@ def int32_conversion(dtype):
     return saturated_int32 if np.dtype(dtype).itemsize == 8 and not x64() else None
 
 
+def _narrow(dtype) -> np.dtype:
+    """The 32-bit integer type of a 64-bit one's kind: what JAX makes of it with x64 off."""
+    return np.dtype(np.int32 if np.dtype(dtype).kind == "i" else np.uint32)
+
+
+def _fits(x: np.ndarray, narrow: np.dtype) -> bool:
+    """Whether every value of ``x`` lies in ``narrow``'s range."""
+    info = np.iinfo(narrow)
+    return not x.size or (x.min() >= info.min and x.max() <= info.max)
+
+
 def saturated_int32(indices: np.ndarray, check=None) -> np.ndarray:
     """64-bit NumPy indices as 32-bit ones, values beyond the 32-bit type saturated into
     it (``check`` sees them first, as given: see ``index_array``)."""
-    int32 = np.dtype(np.int32 if indices.dtype.kind == "i" else np.uint32)
-    info = np.iinfo(int32)
-    if indices.size and (indices.max() > info.max or indices.min() < info.min):
+    int32 = _narrow(indices.dtype)
+    if not _fits(indices, int32):
         if check is not None:
             check(indices)
+        info = np.iinfo(int32)
         indices = np.clip(indices, info.min, info.max)
     return indices.astype(int32)
 
@@ -375,9 +386,10 @@ def saturated_int32(indices: np.ndarray, check=None) -> np.ndarray:
 def _cut_by_jit(x) -> tuple[int, tuple[int, ...]] | None:
     """The first value of a 64-bit NumPy integer ``x`` that the 32-bit type of its kind
     cannot hold, and its position (None where all fit)."""
-    info = np.iinfo(np.int32 if x.dtype.kind == "i" else np.uint32)
-    if not x.size or (x.min() >= info.min and x.max() <= info.max):
+    narrow = _narrow(x.dtype)
+    if _fits(x, narrow):
         return None
+    info = np.iinfo(narrow)
     flat = np.flatnonzero((x < info.min) | (x > info.max))[0]
     return int(x.ravel()[flat]), tuple(int(k) for k in np.unravel_index(flat, x.shape))
 
@@ -403,8 +415,7 @@ def check_jit_arguments(fn_name: str, args, kwargs, static=()) -> None:
             bad = _cut_by_jit(np.asarray(x))
             if bad is not None:
                 value, at = bad
-                narrow = np.int32 if x.dtype.kind == "i" else np.uint32
-                cut = int(np.asarray(value, x.dtype).astype(narrow))
+                cut = int(np.asarray(value, x.dtype).astype(_narrow(x.dtype)))
                 name = f"argument {where}" if isinstance(where, int) else f"argument {where!r}"
                 kind = f"NumPy {x.dtype} array" if isinstance(x, np.ndarray) else f"NumPy {x.dtype}"
                 fail(f"xgather.checked({fn_name})", f"{name}, a {kind}, is cut to 32 bits by "

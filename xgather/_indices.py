@@ -163,8 +163,6 @@ def wrap(plan, indices):
     """
     if not wraps(plan, indices):
         return indices
-    if isinstance(indices, np.ndarray):
-        return np.where(indices < 0, indices + bounds_array(plan, indices, np), indices)
     s = _bounds_lax(plan, indices)
     return lax.select(lax.lt(indices, lax.full_like(indices, 0)), lax.add(indices, s), indices)
 
