@@ -37,6 +37,8 @@ TIMING = {"sample_s": 0.02, "budget_s": 2.0, "least": 15, "most": 100}
 QUICK = {"sample_s": 0.003, "budget_s": 0.1, "least": 7, "most": 30}
 #: Calls per pipelined sample of the check cost, then one wait (as a training loop runs).
 PIPELINE = 10
+#: First calls timed per JAX system and workload (each after JAX's caches are emptied).
+FIRST_CALLS = 3
 
 
 class _Progress:
@@ -240,16 +242,18 @@ def run(args) -> dict:
         for fn in systems.build(w, *w.warmup_arrays(size), device, {}, warm_chosen).values():
             fn()
         prefix = f"[{n}/{len(keys)}] {key} {w.title}: "  # of every progress line
-        first = {}
-        for name, fn in fns.items():
+
+        def before_first(name, prefix=prefix):
             progress.note(f"{prefix}first call of {name}")
             # What earlier work left to collect is not charged to this first call: a
             # full collection (40-55 ms here) otherwise lands inside whichever trace
             # crosses the threshold.
             gc.collect()
-            t0 = time.perf_counter()
-            fn()
-            first[name] = time.perf_counter() - t0
+        first_samples = stats.first_calls(
+            fns, {k for k in fns if systems.library(k) == "jax"}, FIRST_CALLS,
+            jax.clear_caches, before_first)
+        first = {k: stats.median(v) for k, v in first_samples.items()}
+        for fn in fns.values():  # compiled again, untimed, where the caches were emptied
             fn()
         ref_system = "lax" if "lax" in fns else next(iter(fns))
         reps = stats.common_reps(fns, ref_system, timing["sample_s"])
@@ -291,7 +295,8 @@ def run(args) -> dict:
                             "p90_s": stats.p90(samples[name]), "gbps": gbps,
                             "pct_roof": 100 * gbps / roofs[r_roof], "pct_roof_of": r_roof,
                             "ratio_to_best": best[name],
-                            "first_call_s": first[name], "reps": reps[name],
+                            "first_call_s": first[name],
+                            "first_call_samples_s": first_samples[name], "reps": reps[name],
                             "allocator": args.allocator,
                             **({"check_samples_s": check_samples[name],
                                 "pipelined_samples_s": pipelined_samples[name]}
@@ -314,7 +319,9 @@ def run(args) -> dict:
         "allocator": alloc.allocator_settings(),
         "x64": bool(jax.config.jax_enable_x64),
         "cpu_dispatch": _cpu_dispatch(),
-        "first_call": "after one call of each JAX system at other shapes, and gc.collect()",
+        "first_call": f"the median of {FIRST_CALLS} for JAX's systems, each after "
+                      "jax.clear_caches() and gc.collect(), in an order rotated each "
+                      "time; after one call of each JAX system at other shapes",
         "samples": "each library's systems in a block of their own (JAX: xgather's modes "
                    "and lax), two untimed rounds, then shuffled rounds of that library "
                    "alone, as many as fit the budget; the check cost from interleaved "

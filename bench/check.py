@@ -14,8 +14,10 @@ waits for its result, as a benchmark of one op does) and *pipelined*
 time of a call, without any wait for the result, is also timed: for
 ``default`` it is the dispatch (the program queued, the flag's copy started,
 earlier flags that are ready read); ``sync`` adds the flag's read, which waits
-for the program. First calls (trace, compile, run) are timed once each, after
-one call of each system at other shapes.
+for the program. First calls (trace, compile, run) are timed :data:`FIRST_CALLS`
+times each, after one call of each system at other shapes, each time after
+``jax.clear_caches()``, in an order rotated each time (``stats.first_calls``); the
+median is kept.
 
 ``pieces`` times, on the same device, what a deferred check's host time is made
 of, with a tiny gather: a call with one output and with a flag beside it, a flag's
@@ -36,6 +38,8 @@ SCHEMA = "xgather-bench-check/1"
 #: Calls per pipelined sample before the one wait.
 PIPELINE = 10
 MODES = ("promise", "default", "sync")
+#: First calls timed per mode and workload, each after JAX's caches are emptied.
+FIRST_CALLS = 3
 
 
 def _functions(w, d, i, extra):
@@ -165,12 +169,12 @@ def run(keys=None, size: str | None = None, device=None, timing=None, progress=p
             jax.block_until_ready(f())
         data, idx = w.arrays(size)
         fns = _functions(w, *_inputs(w, data, idx, device))
-        first = {}
-        for mode, f in fns.items():
-            gc.collect()
-            t0 = time.perf_counter()
+        first_samples = stats.first_calls(
+            {mode: (lambda f=f: jax.block_until_ready(f())) for mode, f in fns.items()},
+            set(fns), FIRST_CALLS, jax.clear_caches, lambda mode: gc.collect())
+        first = {k: stats.median(v) for k, v in first_samples.items()}
+        for f in fns.values():  # compiled again, untimed
             jax.block_until_ready(f())
-            first[mode] = time.perf_counter() - t0
         timers = _timers(fns)
         reps = stats.common_reps(timers, "promise blocked", timing["sample_s"])
         for name in timers:
@@ -186,7 +190,8 @@ def run(keys=None, size: str | None = None, device=None, timing=None, progress=p
                "checked": w.op != "openvino.gather7",
                "median_s": {k: stats.median(v) for k, v in per_call.items()},
                "samples_s": per_call, "rounds": len(samples["promise blocked"]),
-               "first_call_s": first, "host_call_s": host,
+               "first_call_s": first, "first_call_samples_s": first_samples,
+               "host_call_s": host,
                # sync's call: the same dispatch, then the flag's read (waiting for it)
                "host_split_s": {"dispatch": host["default"],
                                 "flag_read": max(0.0, host["sync"] - host["default"])}}

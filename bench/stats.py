@@ -36,6 +36,35 @@ def time_batch(fn: Callable[[], object], reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
+def first_calls(fns: dict[str, Callable[[], object]], cold: set[str], samples: int,
+                clear: Callable[[], None], before: Callable[[str], None] | None = None
+                ) -> dict[str, list[float]]:
+    """Seconds of each system's first call: ``{name: samples}``.
+
+    The systems in ``cold`` (JAX's) are timed ``samples`` times, each time right after
+    ``clear()`` (JAX's caches emptied: the call traces, compiles and runs again), in an
+    order rotated at each pass, so that no system is always the one that runs first, nor
+    always the one that follows the others at the same shapes. The others (peers built
+    beforehand) are timed once, in the first pass. ``before(name)`` runs before each
+    timed call (a progress note, a garbage collection), outside the time.
+    """
+    names = list(fns)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for k in range(samples):
+        turn = k % len(names) if names else 0
+        for name in names[turn:] + names[:turn]:
+            if k and name not in cold:
+                continue
+            if name in cold:
+                clear()
+            if before is not None:
+                before(name)
+            t0 = time.perf_counter()
+            fns[name]()
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
 def calibrate(fn: Callable[[], object], target_s: float = 0.02, max_reps: int = 4000,
               probe_s: float = 0.002) -> int:
     """Calls per sample so that one sample lasts about ``target_s``.

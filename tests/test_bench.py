@@ -45,6 +45,26 @@ def test_calibrate_reads_warm_batches_not_cold_first_calls():
     assert 8 <= n <= 20, n  # 0.01 s over 0.5-1 ms calls; a cold call would set 1
 
 
+def test_first_calls_are_cold_each_time_and_rotate_the_order():
+    import time
+    log, cache = [], set()
+
+    def system(name, cold_s, warm_s):
+        def fn():  # slow until it has run since the caches were last emptied
+            log.append(name)
+            time.sleep(warm_s if name in cache else cold_s)
+            cache.add(name)
+        return fn
+    fns = {"a": system("a", 0.02, 0.0), "b": system("b", 0.01, 0.0),
+           "peer": system("peer", 0.005, 0.005)}
+    notes = []
+    out = stats.first_calls(fns, {"a", "b"}, 3, cache.clear, notes.append)
+    # each JAX system three times, each time cold; the peer once, in the first pass
+    assert [len(out[k]) for k in ("a", "b", "peer")] == [3, 3, 1]
+    assert min(out["a"]) >= 0.02 and min(out["b"]) >= 0.01
+    assert notes == log == ["a", "b", "peer", "b", "a", "a", "b"]  # rotated each pass
+
+
 def test_interleaved_rounds_visit_every_system_each_round():
     order = []
     fns = {k: (lambda k=k: order.append(k)) for k in "abcd"}

@@ -240,7 +240,8 @@ def test_int64_indices_beyond_int32_stay_out_of_range(op, mode):
         np.testing.assert_array_equal(g, ref.scatter_add_take(data.shape, idx, ct, oob=mode))
 
 
-@pytest.mark.parametrize("how", ["positional", "keyword", "scalar", "unsigned"])
+@pytest.mark.parametrize("how", ["positional", "keyword", "scalar", "unsigned", "in a dict",
+                                 "in a tuple"])
 def test_checked_arguments_beyond_int32(how):
     """With x64 off, jax.jit cuts a 64-bit NumPy argument to 32 bits (2**32 + 1 would read
     row 1, without a word): a checked function refuses it at the call, naming the value
@@ -249,12 +250,20 @@ def test_checked_arguments_beyond_int32(how):
     value, bad, cut = {"positional": (np.array([3, 2**32 + 1]), 2**32 + 1, 1),
                        "keyword": (np.array([[3], [-2**40]]), -2**40, 0),
                        "scalar": (np.int64(2**33 + 7), 2**33 + 7, 7),
-                       "unsigned": (np.array([2**32 + 1], np.uint64), 2**32 + 1, 1)}[how]
+                       "unsigned": (np.array([2**32 + 1], np.uint64), 2**32 + 1, 1),
+                       "in a dict": (np.array([2**31]), 2**31, -2**31),
+                       "in a tuple": (np.array([5, 2**32 + 9]), 2**32 + 9, 9)}[how]
     if how == "unsigned":  # OpenVINO takes any integer type; its out-of-range rows are zeros
         f = xgather.checked(lambda d, i: xgather.openvino.gather(d, i, 0))
+    elif how == "in a dict":  # a batch of ids, as a data loader gives it
+        f = xgather.checked(lambda d, batch: xgather.onnx.gather(d, batch["ids"]))
+    elif how == "in a tuple":
+        f = xgather.checked(lambda d, pair: xgather.onnx.gather(d, pair[1]))
     else:
         f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
-    call = (lambda: f(data, i=value)) if how == "keyword" else (lambda: f(data, value))
+    wrap = {"in a dict": lambda i: {"ids": i, "mask": np.ones(3, bool)},
+            "in a tuple": lambda i: (np.zeros(2, np.float32), i)}.get(how, lambda i: i)
+    call = (lambda: f(data, i=value)) if how == "keyword" else (lambda: f(data, wrap(value)))
     if X64:
         if how == "unsigned":
             np.testing.assert_array_equal(call(), ref.gather(data, value, oob="fill", fill=0))
@@ -263,14 +272,15 @@ def test_checked_arguments_beyond_int32(how):
             with pytest.raises(xgather.OutOfBoundsError, match=rf"index {bad} at indices"):
                 xgather.raise_if_error()
     else:
-        name = "'i'" if how == "keyword" else "1"
+        name = {"keyword": "'i'", "in a dict": r"1\['ids'\]", "in a tuple": r"1\[1\]"}.get(
+            how, "1")
         with pytest.raises(xgather.XGatherTypeError,
                            match=rf"argument {name}, a NumPy u?int64( array)?, is cut to 32 "
                                  rf"bits .* its value {bad}( at \[.*\])? would become {cut}\."):
             call()
     # 64-bit NumPy indices that fit are taken as they are
     fit = np.array([3, -1]) if how != "unsigned" else np.array([3, 9], np.uint64)
-    np.testing.assert_array_equal(f(data, fit), ref.gather(data, fit))
+    np.testing.assert_array_equal(f(data, wrap(fit)), ref.gather(data, fit))
     xgather.raise_if_error()
 
 

@@ -402,27 +402,48 @@ def check_jit_arguments(fn_name: str, args, kwargs, static=()) -> None:
     """With x64 off, ``jax.jit`` cuts a 64-bit NumPy integer argument to 32 bits, which
     changes a value beyond that type (``2**32 + 1`` becomes ``1``, a valid row) without a
     word: such an argument of a checked function is an ``XGatherTypeError`` at the call.
-    Arguments at the top level are seen (``static``: positions and names not traced)."""
+    Arguments at the top level are seen, and the values of a dict, list or tuple there
+    (a batch of ids in a dict), not deeper: a whole tree's leaves would cost every call
+    a flatten. ``static``: positions and names not traced."""
     for x in args:
-        if type(x) in _NUMPY:
+        if type(x) in _NUMPY or (type(x) in _CONTAINERS and _holds_numpy(x)):
             break
     else:
         if not kwargs:
             return
+    if x64():
+        return
     for where, x in (*enumerate(args), *kwargs.items()):
-        if (type(x) in _NUMPY and x.dtype.itemsize == 8
-                and x.dtype.kind in "iu" and where not in static and not x64()):
-            bad = _cut_by_jit(np.asarray(x))
-            if bad is not None:
-                value, at = bad
-                cut = int(np.asarray(value, x.dtype).astype(_narrow(x.dtype)))
-                name = f"argument {where}" if isinstance(where, int) else f"argument {where!r}"
-                kind = f"NumPy {x.dtype} array" if isinstance(x, np.ndarray) else f"NumPy {x.dtype}"
-                fail(f"xgather.checked({fn_name})", f"{name}, a {kind}, is cut to 32 bits by "
-                     "jax.jit while jax_enable_x64 is off, and its value "
-                     f"{value}{f' at {list(at)}' if at else ''} would become {cut}. Pass it as "
-                     "int32 or as a JAX array, or turn jax_enable_x64 on",
-                     kind=XGatherTypeError)
+        if where in static:
+            continue
+        name = f"argument {where}" if isinstance(where, int) else f"argument {where!r}"
+        if type(x) in _CONTAINERS:
+            for key, v in (x.items() if type(x) is dict else enumerate(x)):
+                _check_cut(fn_name, f"{name}[{key!r}]", v)
+        else:
+            _check_cut(fn_name, name, x)
+
+
+_CONTAINERS = frozenset({dict, list, tuple})
+
+
+def _holds_numpy(x) -> bool:
+    return any(type(v) in _NUMPY for v in (x.values() if type(x) is dict else x))
+
+
+def _check_cut(fn_name: str, name: str, x) -> None:
+    """Raise where ``x`` is a 64-bit NumPy integer that ``jax.jit`` would cut."""
+    if type(x) in _NUMPY and x.dtype.itemsize == 8 and x.dtype.kind in "iu":
+        bad = _cut_by_jit(np.asarray(x))
+        if bad is not None:
+            value, at = bad
+            cut = int(np.asarray(value, x.dtype).astype(_narrow(x.dtype)))
+            kind = f"NumPy {x.dtype} array" if isinstance(x, np.ndarray) else f"NumPy {x.dtype}"
+            fail(f"xgather.checked({fn_name})", f"{name}, a {kind}, is cut to 32 bits by "
+                 "jax.jit while jax_enable_x64 is off, and its value "
+                 f"{value}{f' at {list(at)}' if at else ''} would become {cut}. Pass it as "
+                 "int32 or as a JAX array, or turn jax_enable_x64 on",
+                 kind=XGatherTypeError)
 
 
 def needs_host(data) -> bool:
