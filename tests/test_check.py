@@ -279,6 +279,36 @@ def test_unchecked_warning_when_the_loop_is_inside_the_gradient():
 
 # -- model code --------------------------------------------------------------------------------
 
+def test_with_flax_nnx_imported_plain_calls_and_module_calls_both_hold():
+    # Once flax.nnx is imported, a call of arrays alone goes to jax.jit as it is, and one
+    # whose arguments hold an nnx object is split, its variables written back after it.
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Counter(nnx.Module):
+        def __init__(self):
+            self.n = nnx.Variable(jnp.zeros((), jnp.int32))
+
+    def f(d, i, counter=None):
+        if counter is not None:
+            counter["c"].n[...] += 1
+        return G(d, i)
+    step = xgather.checked(f)
+    idx = np.array([2, -1])
+    np.testing.assert_array_equal(step(DATA, idx), reference.gather(DATA, idx, 0))
+    step(DATA, np.array([0, 9]))
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 9 at indices\[1\]"):
+        xgather.raise_if_error()
+    counter = {"c": Counter()}
+    step(DATA, np.array([0]), counter=counter)
+    np.testing.assert_array_equal(step(DATA, idx, counter=counter),
+                                  reference.gather(DATA, idx, 0))
+    assert int(counter["c"].n[...]) == 2
+    step(DATA, np.array([5]), counter=counter)
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 5 at indices\[0\]"):
+        xgather.raise_if_error()
+    np.testing.assert_array_equal(step(DATA, idx), reference.gather(DATA, idx, 0))
+
+
 def test_an_nnx_training_step_trains_and_reports_a_bad_id_with_its_line():
     nnx = pytest.importorskip("flax.nnx")
     optax = pytest.importorskip("optax")

@@ -626,6 +626,21 @@ _TRACING = TraceState("xgather_checked_tracing", ("no", "yes"), "no",
 
 _ARRAY = _jaxprivate.ARRAY_IMPL
 _TRACER = jax.core.Tracer
+#: Argument types that cannot hold an nnx object: where flax.nnx is imported, a call whose
+#: arguments are all of these still goes to ``jax.jit`` as they are (``_plain``).
+_PLAIN = frozenset({_ARRAY, np.ndarray, int, float, bool, complex, np.bool_, np.int32,
+                    np.int64, np.float32, np.float64})
+
+
+def _plain(args, kwargs) -> bool:
+    """Whether every argument is an array or a number (no container to look into)."""
+    for x in args:
+        if type(x) not in _PLAIN:
+            return False
+    for x in kwargs.values():
+        if type(x) not in _PLAIN:
+            return False
+    return True
 
 
 def _is_dynamic(leaf) -> bool:
@@ -879,7 +894,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         # Through jax.jit as it is where it takes the arguments and the result (no nnx
         # objects, no constants): fewer microseconds a call than through arrays_of.
         ran = None
-        if not direct_fails and "flax.nnx" not in sys.modules:
+        if not direct_fails and ("flax.nnx" not in sys.modules or _plain(args, kwargs)):
             if args and isinstance(args[0], _TRACER) and _patches.foreign():
                 return fn(*args, **kwargs)  # an exporter traces the call (_exporting)
             try:
