@@ -253,8 +253,6 @@ def run(args) -> dict:
             fns, {k for k in fns if systems.library(k) == "jax"}, FIRST_CALLS,
             jax.clear_caches, before_first)
         first = {k: stats.median(v) for k, v in first_samples.items()}
-        for fn in fns.values():  # compiled again, untimed, where the caches were emptied
-            fn()
         ref_system = "lax" if "lax" in fns else next(iter(fns))
         reps = stats.common_reps(fns, ref_system, timing["sample_s"])
 

@@ -173,8 +173,6 @@ def run(keys=None, size: str | None = None, device=None, timing=None, progress=p
             {mode: (lambda f=f: jax.block_until_ready(f())) for mode, f in fns.items()},
             set(fns), FIRST_CALLS, jax.clear_caches, lambda mode: gc.collect())
         first = {k: stats.median(v) for k, v in first_samples.items()}
-        for f in fns.values():  # compiled again, untimed
-            jax.block_until_ready(f())
         timers = _timers(fns)
         reps = stats.common_reps(timers, "promise blocked", timing["sample_s"])
         for name in timers:

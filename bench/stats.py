@@ -46,7 +46,9 @@ def first_calls(fns: dict[str, Callable[[], object]], cold: set[str], samples: i
     order rotated at each pass, so that no system is always the one that runs first, nor
     always the one that follows the others at the same shapes. The others (peers built
     beforehand) are timed once, in the first pass. ``before(name)`` runs before each
-    timed call (a progress note, a garbage collection), outside the time.
+    timed call (a progress note, a garbage collection), outside the time. Then every
+    system is called once more, untimed, so that each is left warm (compiled again where
+    the caches were emptied).
     """
     names = list(fns)
     out: dict[str, list[float]] = {name: [] for name in names}
@@ -62,6 +64,8 @@ def first_calls(fns: dict[str, Callable[[], object]], cold: set[str], samples: i
             t0 = time.perf_counter()
             fns[name]()
             out[name].append(time.perf_counter() - t0)
+    for fn in fns.values():
+        fn()
     return out
 
 

@@ -866,7 +866,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         (``wrapper`` tries that first): through ``arrays_of``. None where an exporter
         traces the call (``_exporting``): nothing is traced then."""
         entry, donated, kept = arrays_of(args, kwargs)
-        if _exporting(donated[:1] or kept[:1]):
+        if _exporting(donated or kept):
             return None
         flag, leaves, arrays, state = entry[1](donated, kept)
         return flag, leaves, _join_result(arrays, results[entry[0]]), state
@@ -895,8 +895,8 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         # objects, no constants): fewer microseconds a call than through arrays_of.
         ran = None
         if not direct_fails and ("flax.nnx" not in sys.modules or _plain(args, kwargs)):
-            if args and isinstance(args[0], _TRACER) and _patches.foreign():
-                return fn(*args, **kwargs)  # an exporter traces the call (_exporting)
+            if _exporting(args):  # an exporter traces the call: as below
+                return fn(*args, **kwargs)
             try:
                 flag, leaves, out = direct(*args, **kwargs)
                 state = None
@@ -942,11 +942,11 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     return wrapper
 
 
-def _exporting(first) -> bool:
-    """Whether an exporter (jax2onnx) traces a call whose first array argument is
-    ``first`` (a list of it, or empty): a tracer, under another library's patches of JAX.
+def _exporting(arrays) -> bool:
+    """Whether an exporter (jax2onnx) traces a call whose array arguments are ``arrays``
+    (a sequence, maybe empty): the first a tracer, under another library's patches of JAX.
     What is traced there holds the exporter's primitives, which nothing else lowers."""
-    return bool(first) and isinstance(first[0], jax.core.Tracer) and _patches.foreign()
+    return bool(arrays) and isinstance(arrays[0], _TRACER) and _patches.foreign()
 
 
 def flag_set(flag) -> bool:
