@@ -116,6 +116,25 @@ def test_each_thread_has_its_own_pending_errors(reads):
         xgather.raise_if_error()
 
 
+def test_call_numbers_count_each_threads_own_calls():
+    f = xgather.checked(lambda d, i: G(d, i), sync=True)
+    for _ in range(5):
+        f(DATA, np.array([1]))
+    seen = []
+
+    def other():
+        f(DATA, np.array([0]))
+        try:
+            f(DATA, np.array([7]))
+        except xgather.OutOfBoundsError as err:
+            seen.append(str(err))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert len(seen) == 1 and "in call 2 of xgather.checked(" in seen[0], seen
+
+
 def test_a_users_own_check_is_deferred_too(reads):
     def f(d, i):
         checkify.check(jnp.all(d >= 0), "data must be non-negative")
@@ -392,6 +411,88 @@ def test_an_equinox_training_step_with_function_fields_and_donation():
     ids, y = jnp.array([0, 4, -2]), jnp.ones((3, 3))
     with jax.numpy_dtype_promotion("standard"):  # optax's adam mixes int32 and float
         _equinox_steps(f, model, state, ids, y)
+
+
+def test_sync_stops_a_bad_nnx_step_before_it_is_applied():
+    nnx = pytest.importorskip("flax.nnx")
+    optax = pytest.importorskip("optax")
+    model = nnx.Linear(4, 3, rngs=nnx.Rngs(0))
+    table = jnp.arange(40.0).reshape(10, 4)
+    opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+    @xgather.checked(sync=True)
+    def step(model, opt, ids):
+        loss, grads = nnx.value_and_grad(lambda m: (m(G(table, ids)) ** 2).mean())(model)
+        opt.update(model, grads)
+        return loss
+
+    step(model, opt, jnp.array([1, -1]))
+    kernel = np.asarray(model.kernel[...]).copy()
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 10 at indices\[1\]"):
+        step(model, opt, jnp.array([2, 10]))
+    np.testing.assert_array_equal(np.asarray(model.kernel[...]), kernel)  # not applied
+    assert int(opt.step[...]) == 1
+    step(model, opt, jnp.array([2, 3]))  # training goes on
+    assert int(opt.step[...]) == 2 and not np.array_equal(np.asarray(model.kernel[...]), kernel)
+
+
+def test_sync_with_donation_hands_the_result_over_in_the_error():
+    table = jnp.arange(40.0).reshape(10, 4)
+    f = xgather.checked(lambda w, ids: w + G(table, ids).sum(), sync=True, donate_argnums=0)
+    w = jnp.zeros(4)
+    with pytest.raises(xgather.OutOfBoundsError, match="donated its arguments") as info:
+        f(w, jnp.array([1, 12]))
+    assert w.is_deleted()
+    # the row read for 12 is somewhere in the table: only the good row's sum is known
+    assert info.value.result.shape == (4,) and np.isfinite(np.asarray(info.value.result)).all()
+
+
+def test_a_results_constants_follow_the_shapes_of_each_call():
+    eqx = pytest.importorskip("equinox")
+
+    class Out(eqx.Module):
+        rows: jax.Array
+        batch: int = eqx.field(static=True)
+
+    class Model(eqx.Module):
+        table: jax.Array
+        act: object  # a function field: the arguments are split
+
+        def __call__(self, ids):
+            rows = self.act(G(self.table, ids))
+            return Out(rows, ids.shape[0]), [rows[k] for k in range(ids.shape[0])]
+
+    model = Model(jnp.arange(10.0).reshape(5, 2), jnp.negative)
+    f = xgather.checked(lambda m, ids: m(ids))
+    for n in [2, 3, 2, 1, 3]:  # each shape traced once, then taken from jit's cache
+        ids = np.arange(n, dtype=np.int32)[::-1]
+        out, listed = f(model, ids)
+        expected = -np.arange(10.0).reshape(5, 2)[ids]
+        assert out.batch == n and len(listed) == n
+        np.testing.assert_array_equal(out.rows, expected)
+        np.testing.assert_array_equal(np.stack(listed), expected)
+
+
+def test_equinox_fields_that_are_python_numbers_are_constants():
+    eqx = pytest.importorskip("equinox")
+
+    class Model(eqx.Module):
+        table: jax.Array
+        drop: eqx.nn.Dropout
+        scale: float
+
+        def __call__(self, ids, key):
+            return self.drop(G(self.table, ids), key=key) * self.scale
+
+    table = jnp.arange(10.0).reshape(5, 2)
+    model = Model(table, eqx.nn.Dropout(0.5, inference=True), 2.0)
+    f = xgather.checked(lambda m, ids, key: (m(ids, key), m))
+    ids = np.array([4, -1, 0], np.int32)
+    for scale in (2.0, 3.0):  # a new constant: a new program
+        model = eqx.tree_at(lambda m: m.scale, model, scale)
+        out, back = f(model, ids, jax.random.key(0))
+        np.testing.assert_array_equal(out, np.arange(10.0).reshape(5, 2)[ids] * scale)
+        assert back.drop.inference is True and back.scale == scale  # Python values again
 
 
 def _equinox_steps(f, model, state, ids, y):

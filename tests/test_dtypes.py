@@ -241,8 +241,8 @@ def test_int64_indices_beyond_int32_stay_out_of_range(op, mode):
 
 
 @pytest.mark.parametrize("how", ["positional", "keyword", "scalar", "unsigned", "in a dict",
-                                 "in a tuple"])
-def test_checked_arguments_beyond_int32(how):
+                                 "in a tuple", "memmap"])
+def test_checked_arguments_beyond_int32(how, tmp_path):
     """With x64 off, jax.jit cuts a 64-bit NumPy argument to 32 bits (2**32 + 1 would read
     row 1, without a word): a checked function refuses it at the call, naming the value
     and what it would become. With x64 on it is the out-of-range index it is."""
@@ -252,7 +252,12 @@ def test_checked_arguments_beyond_int32(how):
                        "scalar": (np.int64(2**33 + 7), 2**33 + 7, 7),
                        "unsigned": (np.array([2**32 + 1], np.uint64), 2**32 + 1, 1),
                        "in a dict": (np.array([2**31]), 2**31, -2**31),
-                       "in a tuple": (np.array([5, 2**32 + 9]), 2**32 + 9, 9)}[how]
+                       "in a tuple": (np.array([5, 2**32 + 9]), 2**32 + 9, 9),
+                       "memmap": (np.array([2**32 + 1, 0]), 2**32 + 1, 1)}[how]
+    if how == "memmap":  # a subclass of ndarray: ids read from a file
+        mapped = np.memmap(tmp_path / "ids", dtype=np.int64, mode="w+", shape=value.shape)
+        mapped[:] = value
+        value = mapped
     if how == "unsigned":  # OpenVINO takes any integer type; its out-of-range rows are zeros
         f = xgather.checked(lambda d, i: xgather.openvino.gather(d, i, 0))
     elif how == "in a dict":  # a batch of ids, as a data loader gives it
@@ -280,6 +285,9 @@ def test_checked_arguments_beyond_int32(how):
             call()
     # 64-bit NumPy indices that fit are taken as they are
     fit = np.array([3, -1]) if how != "unsigned" else np.array([3, 9], np.uint64)
+    if how == "memmap":
+        value[:] = [3, -1]
+        fit = value
     np.testing.assert_array_equal(f(data, wrap(fit)), ref.gather(data, fit))
     xgather.raise_if_error()
 

@@ -309,14 +309,21 @@ def _site(plan, shape, where: str) -> str:
 
 def _site_report(msg: str) -> str | None:
     """The report of a compact message (``_site``), made on the host; None for any
-    other message."""
-    if not msg.startswith(_SITE):
+    other message. A ``shard_map``'s check comes as ``at mapped index K: `` and the
+    message: the report says which shard, whose indices the position is within."""
+    at = msg.find(_SITE)
+    if at < 0:
         return None
-    number, values = msg[len(_SITE):].split(":", 1)
+    number, values = msg[at + len(_SITE):].split(":", 1)
     plan, shape, where = _sites[int(number)]
     count, first, value = (int(v) for v in values.split()[:3])
     args = [int(a) for a in _report_list(plan, shape, count, first, value, np)]
-    return report_format(plan, len(shape), where).format(args)
+    report = report_format(plan, len(shape), where).format(args)
+    shard = msg[:at].strip().rstrip(":")
+    if shard:  # "at mapped index 3"
+        report += (f"; in the shard {shard} of a shard_map, where the position is within "
+                   f"that shard's indices")
+    return report
 
 
 # -- 3. where a traced check may go ------------------------------------------------------------
@@ -451,12 +458,14 @@ def _heads(*flags):
 
 class _Calls:
     """One thread's calls whose flags are unread, in call order: each host flag's
-    ``_Pending``, each accelerator group."""
-    __slots__ = ("groups", "count")
+    ``_Pending``, each accelerator group; and how many calls of each checked function
+    this thread made (the number an error names)."""
+    __slots__ = ("groups", "count", "calls")
 
     def __init__(self):
         self.groups: collections.deque[_Pending | _Group] = collections.deque()
         self.count = 0
+        self.calls: dict = {}
 
     def add(self, pending: _Pending, sharding) -> None:
         """Queue a call's flag: ``sharding`` None where it is on the host already."""
@@ -568,8 +577,9 @@ def _pack(err):
             np.zeros((), bool))
     wide = jnp.int64 if any(d.itemsize == 8 for _, d in shapes) and packed else jnp.int32
 
-    def flat(x):  # in lax ops, as _count_first
-        return lax.convert_element_type(lax.reshape(x, (math.prod(x.shape),)), wide)
+    def flat(x):  # in lax ops, as _count_first; one sharding for the concatenation
+        return replicated(lax.convert_element_type(lax.reshape(x, (math.prod(x.shape),)),
+                                                   wide))
     head = [flat(failed), lax.full((1,), number, wide)]
     if packed:
         return lax.concatenate(head + [flat(x) for x in leaves], 0), []
@@ -596,6 +606,24 @@ def _raise(pending: _Pending, deferred: bool, later: int = 0):
             err.add_note(where)
             raise
     raise OutOfBoundsError(f"{msg}\n  in {where}")
+
+
+def _raise_now(pending: _Pending, out, state, args, kwargs, donating) -> None:
+    """A synchronous call's failure. The step is not applied: nnx's variables are not
+    written back, and the arguments are as they were. Where the call donated arguments,
+    they are gone: nnx's variables are written back then, and the error carries the
+    call's result as ``result``, so that a training loop can go on."""
+    if not donating:
+        _raise(pending, deferred=False)
+    if state is not None:
+        _nnx().update((args, kwargs), state)
+    try:
+        _raise(pending, deferred=False)
+    except Exception as err:  # xgather's error, or a user's own checkify.check
+        err.result = out
+        err.add_note("The call donated its arguments, which are gone: its result is this "
+                     "error's `result` (nnx objects among the arguments were updated).")
+        raise
 
 
 def _report_at_exit() -> None:
@@ -649,6 +677,28 @@ def _is_dynamic(leaf) -> bool:
     return isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float | complex)
 
 
+def _dynamic(tree, leaves) -> list[bool]:
+    """Which of ``tree``'s ``leaves`` are traced: ``_is_dynamic``'s, except that a Python
+    number that is an equinox module's field is a compile-time constant, as under
+    ``eqx.filter_jit`` (``eqx.nn.Dropout``'s ``inference`` flag is one)."""
+    dynamic = [_is_dynamic(x) for x in leaves]
+    eqx = sys.modules.get("equinox")
+    if eqx is None:
+        return dynamic
+    nodes = jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, eqx.Module))
+    at = 0
+    for node in nodes:
+        if not isinstance(node, eqx.Module):
+            at += 1
+            continue
+        n = len(jax.tree.leaves(node))
+        for i in range(at, at + n):
+            if isinstance(leaves[i], int | float | complex):
+                dynamic[i] = False
+        at += n
+    return dynamic
+
+
 @dataclasses.dataclass(frozen=True)
 class _Spec:
     """Everything of a call's arguments that is not an array: the jit key of the program.
@@ -699,9 +749,10 @@ def _split(fn_name, args, kwargs, argnums, argnames, donate_nums, donate_names):
                 tree, is_leaf=lambda x: isinstance(x, objects))):
             graph, tree = nnx.split(tree)
     paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    dynamic = _dynamic(tree, [leaf for _, leaf in paths])
     statics, donated, dyn_d, dyn_k = [], [], [], []
     for i, (path, leaf) in enumerate(paths):
-        if not _is_dynamic(leaf):
+        if not dynamic[i]:
             statics.append((i, leaf))
             continue
         top, key = (_key(path[0]), _key(path[1])) if len(path) > 1 else (None, None)
@@ -725,23 +776,46 @@ def _without(args, kwargs, argnums, argnames):
             {n: v for n, v in kwargs.items() if n not in argnames})
 
 
-def _split_result(out):
-    """A result's arrays, and what puts them back: its structure and its other leaves
-    (functions, strings: equinox's fields), which cannot leave a jitted program."""
+class _Result:
+    """A result's arrays, and what puts them back into its structure (``_split_result``)
+    as the pytree's auxiliary data. ``jax.jit`` keeps that with each compiled program, so
+    a call gets the structure that its own shapes' trace made."""
+    __slots__ = ("arrays", "how")
+
+    def __init__(self, arrays, how):
+        self.arrays, self.how = arrays, how
+
+    def value(self):
+        """The result as ``fn`` returned it."""
+        treedef, dynamic, statics = self.how.parts
+        if dynamic is None:
+            return treedef.unflatten(self.arrays)
+        arrays, statics = iter(self.arrays), iter(statics)
+        return treedef.unflatten([next(arrays) if d else next(statics) for d in dynamic])
+
+
+class _How:
+    """``_Result``'s auxiliary data, compared by identity (its constants need not be)."""
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = parts
+
+
+jax.tree_util.register_pytree_node(
+    _Result, lambda r: (r.arrays, r.how), lambda how, arrays: _Result(list(arrays), how))
+
+
+def _split_result(out) -> _Result:
+    """A result's arrays, and its structure and other leaves (functions, strings:
+    equinox's fields), which cannot leave a jitted program."""
     leaves, treedef = jax.tree.flatten(out)
-    dynamic = tuple(_is_dynamic(x) for x in leaves)
+    dynamic = _dynamic(out, leaves)
     if all(dynamic):
-        return leaves, (treedef, None, ())
+        return _Result(leaves, _How((treedef, None, ())))
     statics = tuple(x for x, d in zip(leaves, dynamic, strict=True) if not d)
-    return [x for x, d in zip(leaves, dynamic, strict=True) if d], (treedef, dynamic, statics)
-
-
-def _join_result(arrays, how):
-    treedef, dynamic, statics = how
-    if dynamic is None:
-        return treedef.unflatten(arrays)
-    arrays, statics = iter(arrays), iter(statics)
-    return treedef.unflatten([next(arrays) if d else next(statics) for d in dynamic])
+    return _Result([x for x, d in zip(leaves, dynamic, strict=True) if d],
+                   _How((treedef, tuple(dynamic), statics)))
 
 
 def _key(entry):
@@ -806,7 +880,6 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     donate_nums, donate_names = _argnums(donate_argnums), _argnums(donate_argnames)
     static = frozenset(argnums + argnames)
 
-    results: dict = {}  # spec -> how the result's arrays go back into its structure
     programs: dict = {}  # spec -> [spec, its jitted program]
     known: dict = {}  # (structure, constants) -> (that list, array leaves, donated): no nnx
 
@@ -815,8 +888,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         their array leaves, nnx's variables written back (``_Spec``)."""
         def body(donated, kept):
             args, kwargs = spec.build(donated, kept)
-            arrays, results[spec] = _split_result(fn(*args, **kwargs))
-            return arrays, spec.state(args, kwargs)
+            return _split_result(fn(*args, **kwargs)), spec.state(args, kwargs)
         with _TRACING.traced_as("yes"):
             err, (out, state) = checkify.checkify(body, errors=checkify.user_checks)(donated,
                                                                                       kept)
@@ -835,8 +907,10 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
     def arrays_of(args, kwargs):
         """``(entry, donated, kept)``: settled once per structure and constants, where no
         nnx object is among the arguments (those are split by nnx on every call)."""
-        leaves, treedef = jax.tree.flatten(_without(args, kwargs, argnums, argnames))
-        constants = tuple(x for x in leaves if type(x) is not _ARRAY and not _is_dynamic(x))
+        tree = _without(args, kwargs, argnums, argnames)
+        leaves, treedef = jax.tree.flatten(tree)
+        dynamic = _dynamic(tree, leaves)
+        constants = tuple(x for x, d in zip(leaves, dynamic, strict=True) if not d)
         key = (treedef, constants) if not (argnums or argnames) else (
             treedef, constants, tuple((i, args[i]) for i in argnums if i < len(args)),
             tuple((n, kwargs[n]) for n in argnames if n in kwargs))
@@ -868,25 +942,24 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         entry, donated, kept = arrays_of(args, kwargs)
         if _exporting(donated or kept):
             return None
-        flag, leaves, arrays, state = entry[1](donated, kept)
-        return flag, leaves, _join_result(arrays, results[entry[0]]), state
+        flag, leaves, result, state = entry[1](donated, kept)
+        return flag, leaves, result.value(), state
 
     def forget():
         """Drop every trace and program made so far (those made under an exporter's patches
         among them): the next call traces again."""
         nonlocal direct_fails
         direct.clear_cache()
-        results.clear()
         programs.clear()
         known.clear()
         direct_fails = False
 
-    calls = 0
+    name_key = object()  # this function's count of calls in a thread's queue
     on_host = None  # whether flags are on the host already (a CPU's), once known
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        nonlocal calls, on_host, direct_fails
+        nonlocal on_host, direct_fails
         _dtypes.check_jit_arguments(name, args, kwargs, static)
         queue = _queue()
         if queue.count:
@@ -894,7 +967,8 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         # Through jax.jit as it is where it takes the arguments and the result (no nnx
         # objects, no constants): fewer microseconds a call than through arrays_of.
         ran = None
-        if not direct_fails and ("flax.nnx" not in sys.modules or _plain(args, kwargs)):
+        if not direct_fails and (_plain(args, kwargs) or not (
+                "flax.nnx" in sys.modules or "equinox" in sys.modules)):
             if _exporting(args):  # an exporter traces the call: as below
                 return fn(*args, **kwargs)
             try:
@@ -921,13 +995,17 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
                      "it, as in xgather.checked(jax.jit(f)); checked compiles fn already")
             # An outer checkify takes the checks over: fn again, traced with the report.
             return fn(*args, **kwargs)
+        number = queue.calls.get(name_key, 0) + 1
+        queue.calls[name_key] = number
+        if sync or _sync_all:
+            if flag_set(flag):  # before nnx's variables are written back: not applied
+                _raise_now(_Pending(flag, leaves, name, number), out, state, args, kwargs,
+                           donate_nums or donate_names)
+            if state is not None:
+                _nnx().update((args, kwargs), state)
+            return out
         if state is not None:
             _nnx().update((args, kwargs), state)
-        calls += 1
-        if sync or _sync_all:
-            if flag_set(flag):
-                _raise(_Pending(flag, leaves, name, calls), deferred=False)
-            return out
         if on_host is None:
             on_host = _on_host(flag)
         # A CPU flag that is ready already (a small program runs on the calling thread) is
@@ -936,7 +1014,7 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         # queueing every flag).
         if on_host and flag.is_ready() and not flag_set(flag):
             return out
-        queue.add(_Pending(flag, leaves, name, calls), None if on_host else flag.sharding)
+        queue.add(_Pending(flag, leaves, name, number), None if on_host else flag.sharding)
         return out
 
     return wrapper

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from xgather import _jaxprivate
 from xgather._errors import XGatherError, XGatherTypeError, fail
 
 #: What the ops take for ``data`` and ``indices``: arrays and scalars
@@ -396,6 +397,17 @@ def _cut_by_jit(x) -> tuple[int, tuple[int, ...]] | None:
 
 #: The argument types that jax.jit may cut (the 64-bit integer ones: arrays by dtype).
 _NUMPY = frozenset({np.ndarray, np.int64, np.uint64, np.longlong, np.ulonglong})
+#: Argument types that are no NumPy array or integer (looked up before ``isinstance``).
+_NOT_NUMPY = frozenset({_jaxprivate.ARRAY_IMPL, int, float, bool, complex, str, type(None),
+                        dict, list, tuple, np.float32, np.float64, np.int32, np.bool_})
+
+
+def _numpy(x) -> bool:
+    """Whether ``x`` is a NumPy array or 64-bit integer, its subclasses (``np.memmap``)
+    among them."""
+    t = type(x)
+    return t in _NUMPY or (t not in _NOT_NUMPY
+                           and isinstance(x, np.ndarray | np.int64 | np.uint64))
 
 
 def check_jit_arguments(fn_name: str, args, kwargs, static=()) -> None:
@@ -406,7 +418,7 @@ def check_jit_arguments(fn_name: str, args, kwargs, static=()) -> None:
     (a batch of ids in a dict), not deeper: a whole tree's leaves would cost every call
     a flatten. ``static``: positions and names not traced."""
     for x in args:
-        if type(x) in _NUMPY or (type(x) in _CONTAINERS and _holds_numpy(x)):
+        if _numpy(x) or (type(x) in _CONTAINERS and _holds_numpy(x)):
             break
     else:
         if not kwargs:
@@ -428,12 +440,12 @@ _CONTAINERS = frozenset({dict, list, tuple})
 
 
 def _holds_numpy(x) -> bool:
-    return any(type(v) in _NUMPY for v in (x.values() if type(x) is dict else x))
+    return any(_numpy(v) for v in (x.values() if type(x) is dict else x))
 
 
 def _check_cut(fn_name: str, name: str, x) -> None:
     """Raise where ``x`` is a 64-bit NumPy integer that ``jax.jit`` would cut."""
-    if type(x) in _NUMPY and x.dtype.itemsize == 8 and x.dtype.kind in "iu":
+    if _numpy(x) and x.dtype.itemsize == 8 and x.dtype.kind in "iu":
         bad = _cut_by_jit(np.asarray(x))
         if bad is not None:
             value, at = bad

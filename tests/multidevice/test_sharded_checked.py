@@ -68,3 +68,23 @@ def test_checked_with_device_indices_and_a_2d_index_array(kind):
                        match=r"^sharded\.Gather: index 8 at indices\[2, 1\] is out of range "
                              r"\[-8, 7\] for data axis 0 of size 8"):
         f(t, jax.device_put(idx, NamedSharding(mesh, P("x"))))
+
+
+@pytest.mark.parametrize("kind", ["plain", "auto"])
+def test_checked_around_a_shard_map_names_the_shard(kind):
+    mesh = make_mesh(kind)
+    table = np.arange(64 * 3, dtype=np.float32).reshape(64, 3)
+    t = jax.device_put(table, NamedSharding(mesh, P()))
+    f = xgather.checked(jax.jit(jax.shard_map(lambda t, i: xgather.onnx.gather(t, i), mesh=mesh,
+                                              in_specs=(P(), P("x")), out_specs=P("x"))),
+                        sync=True)
+    idx = np.array([0, 5, -1, 63, 10, -64, 3, 7], np.int32)
+    i = jax.device_put(idx, NamedSharding(mesh, P("x")))
+    np.testing.assert_array_equal(np.asarray(f(t, i)), table[idx])
+    idx[6] = 64  # the 4th shard's first index
+    i = jax.device_put(idx, NamedSharding(mesh, P("x")))
+    with pytest.raises(xgather.OutOfBoundsError,
+                       match=r"^onnx\.Gather-13: index 64 at indices\[0\] is out of range "
+                             r"\[-64, 63\] .* in the shard at mapped index 3 of a shard_map, "
+                             r"where the position is within that shard's indices"):
+        f(t, i)
