@@ -160,6 +160,29 @@ def test_strings_follow_the_same_semantics():
         jax.jit(lambda i: xgather.onnx.gather(words, i))(np.array([0]))
 
 
+def test_host_path_results_of_no_axes_are_arrays_of_the_datas_dtype():
+    # one index picks one element: a 0-d array, as the device path gives, not a NumPy scalar
+    cases = [(np.array(["abcd", "x"]), "x")]
+    if not X64:  # else on the device
+        cases.append((np.array([1, 2**62 + 1], np.uint64), 2**62 + 1))
+    for data, want in cases:
+        for out in (xgather.openvino.gather(data, np.int64(1), 0),
+                    xgather.onnx.gather(data, np.array(1)),
+                    xgather.onnx.gather_nd(data, np.array([1]))):
+            assert type(out) is np.ndarray and out.shape == () and out.dtype == data.dtype
+            assert out.item() == want
+
+
+@pytest.mark.skipif(X64, reason="checks the x64-off behaviour")
+def test_list_data_beyond_the_default_integer_is_a_clear_error():
+    with pytest.raises(xgather.XGatherTypeError,
+                       match=r"^openvino\.Gather-8: data as a list holds an integer that JAX's "
+                             r"default integer type cannot hold .* pass it as a NumPy int64"):
+        xgather.openvino.gather([2**40, 1], [0], 0)
+    out = xgather.openvino.gather(np.array([2**40, 1]), [0], 0)  # as it says: exact
+    assert out.dtype == np.int64 and out.tolist() == [2**40]
+
+
 @pytest.mark.skipif(X64, reason="checks the x64-off behaviour")
 def test_wide_values_without_x64_stay_exact():
     big = np.array([2**53 + 1, 2**62 + 3, -(2**63)], np.int64)

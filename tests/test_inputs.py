@@ -135,13 +135,16 @@ def test_masked_arrays_are_refused_on_every_path(what, data, idx):
 
 def test_lists_holding_objects_get_a_clear_error():
     with pytest.raises(xgather.XGatherTypeError,
-                       match=r"^onnx\.Gather-13: data as a list must hold numbers \(or strings\) "
-                             r"only; got \[1.0, None, 2.0\]"):
+                       match=r"^onnx\.Gather-13: data as a list must hold numbers \(integers "
+                             r"within 64 bits\) or strings only; got \[1.0, None, 2.0\]"):
         xgather.onnx.gather([1.0, None, 2.0], np.array([0]))
     with pytest.raises(xgather.XGatherTypeError, match="indices as a list must hold numbers"):
         xgather.onnx.gather(DATA, [0, None])
     with pytest.raises(xgather.XGatherTypeError, match="^openvino.Gather-8: data as a list"):
         xgather.openvino.gather([None], [0], 0)
+    with pytest.raises(xgather.XGatherTypeError, match=r"^openvino\.Gather-8: data as a list "
+                                                       r"must hold numbers \(integers within 64"):
+        xgather.openvino.gather([2**70, 1], [0], 0)
     # Lists of numbers are taken as before (JAX's dtype for them).
     assert np.asarray(xgather.onnx.gather([1.0, 2.0], [1])).tolist() == [2.0]
 

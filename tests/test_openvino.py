@@ -338,9 +338,18 @@ BAD_IR = [
      r"^openvino\.GatherElements-6: the <data> attribute axis is required"),
     ("attribute-not-int", '<layer type="GatherND" version="opset8"><data batch_dims="1.0"/>'
                           '</layer>', r"^openvino\.GatherND-8: attribute batch_dims must be an "
-                                      r"integer; got '1\.0'"),
+                                      r"integer \(ASCII digits, an optional minus sign\); "
+                                      r"got '1\.0'"),
+    # Python's int() reads these (10, 1, 1); OpenVINO's reader takes "1_0" as 1 and refuses
+    # the others
+    ("attribute-underscore", '<layer type="Gather" version="opset8"><data batch_dims="1_0"/>'
+                             '</layer>', r"batch_dims must be an integer .*; got '1_0'"),
+    ("attribute-plus", '<layer type="Gather" version="opset8"><data batch_dims="+1"/>'
+                       '</layer>', r"batch_dims must be an integer .*; got '\+1'"),
+    ("attribute-other-digits", '<layer type="Gather" version="opset8"><data batch_dims="\u0661"/>'
+                               '</layer>', r"batch_dims must be an integer .*; got '\u0661'"),
     ("dim-not-int", '<layer type="GatherND" version="opset8"><input><port id="0"><dim>a</dim>'
-                    '</port></input></layer>', r"a port's <dim> must be an integer; got 'a'"),
+                    '</port></input></layer>', r"a port's <dim> must be an integer .*; got 'a'"),
     ("two-outputs", '<layer type="GatherND" version="opset8"><output><port id="2"/>'
                     '<port id="3"/></output></layer>',
      r"^openvino\.GatherND-8: a gather layer has one output port; got 2 ports"),
@@ -390,3 +399,15 @@ def test_ir_axis_port_dims_are_checked():
     assert_same(layer(d, i, np.array([1])), ref.gather(d, i, 1, oob="fill"))
     with pytest.raises(xgather.XGatherError, match=r"declares input port 2 dims \[1\]; got \[\]"):
         layer(d, i, 1)
+
+
+def test_a_fill_value_without_a_mode_keeps_the_specs_zeros():
+    # Gather-1/7/8 give zeros for an out-of-range index; fill_value is used in "fill" alone
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for version in (1, 7, 8):
+        got = ov.gather(data, np.array([5]), 1, version=version, fill_value=7.0)
+        np.testing.assert_array_equal(got, [[0.0], [0.0]])
+        got = ov.gather(data, np.array([5]), 1, version=version, fill_value=7.0, mode="fill")
+        np.testing.assert_array_equal(got, [[7.0], [7.0]])
+    with pytest.raises(xgather.XGatherError, match="fill_value"):  # checked all the same
+        ov.gather(data.astype(np.int32), np.array([5]), 1, fill_value=0.5)

@@ -164,7 +164,8 @@ def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
         except ValueError as e:  # a ragged nested list
             raise XGatherError(f"{op}: {name} must be a rectangular nested list ({e})") from None
         if isinstance(x, list | tuple) and np.asarray(x).dtype == object:  # None inside
-            fail(op, f"{name} as a list must hold numbers (or strings) only", _short(repr(x)),
+            fail(op, f"{name} as a list must hold numbers (integers within 64 bits) or "
+                 "strings only", _short(repr(x)),
                  kind=XGatherTypeError)
     # jax.export's symbolic dims ("B") stay as they are: the plan says where a number is
     # needed (the sizes of the axes the indices address, the length of index tuples)
@@ -488,6 +489,11 @@ def check_data(op: str, data, shapes=None):
             # program places its result as for the NumPy data of a cached call.
             return jax.device_put(data)
         return jnp.asarray(data)
+    except OverflowError as e:  # a list's integer beyond JAX's default integer type
+        raise XGatherTypeError(f"{op}: data as a list holds an integer that JAX's default "
+                               f"integer type cannot hold ({e}); pass it as a NumPy int64 "
+                               "array (gathered exactly on the host) or turn "
+                               "jax_enable_x64 on") from None
     except TypeError as e:
         raise XGatherTypeError(f"{op}: data has a dtype JAX cannot hold; got "
                                f"{getattr(data, 'dtype', type(data))}" + (f" ({e})")) from e
@@ -518,4 +524,4 @@ def host_gather(op: str, data: np.ndarray, run_positions, fill_value):
         else:
             fill = np.asarray(fill_value, dtype=data.dtype)
         out = np.where(positions < 0, fill, out)
-    return out.astype(dtype, copy=False)
+    return np.asarray(out, dtype=dtype)  # a 0-d result too (indexing gives a NumPy scalar)

@@ -195,8 +195,11 @@ def resolve_call(plan, data, indices, allowed, mode, fill_value, *, spec_default
     """
     check_addressable(plan)
     sh = shapes(data, indices)
+    spec_rule = mode is None and spec_default != "error"  # OpenVINO Gather's zeros
     mode = _modes.resolve(plan.op, mode, spec_default)
     fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
+    if spec_rule:  # checked, but not used outside "fill" (the spec's zeros stay zeros)
+        fill_value = None
     check = functools.partial(_check.host_check, plan) if mode == "error" else None
     indices = _dtypes.index_array(plan.op, indices, allowed, sh, check)
     sorted_ = bool_option(plan.op, "indices_are_sorted", indices_are_sorted, sh)

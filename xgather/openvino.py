@@ -276,10 +276,16 @@ def _port(parent, i: int, dims) -> None:
 
 
 def _ir_int(op: str, what: str, text) -> int:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        fail(op, f"{what} must be an integer", repr(text))
+    """An IR integer: ASCII digits with an optional minus sign, as OpenVINO's reader
+    takes them (Python's ``int`` would also read ``"1_0"`` as 10, ``"+1"``, other
+    scripts' digits)."""
+    if not isinstance(text, str) or not _IR_INT.fullmatch(text.strip()):
+        fail(op, f"{what} must be an integer (ASCII digits, an optional minus sign)",
+             repr(text))
+    return int(text)
+
+
+_IR_INT = re.compile(r"-?[0-9]+")
 
 
 def _dims(op: str, port) -> tuple[int | None, ...] | None:
