@@ -413,6 +413,29 @@ def test_an_equinox_training_step_with_function_fields_and_donation():
         _equinox_steps(f, model, state, ids, y)
 
 
+def _line_of(marker):
+    source = pathlib.Path(__file__).read_text().splitlines()
+    return next(n for n, text in enumerate(source, 1) if text.rstrip().endswith(marker))
+
+
+def test_each_gather_of_one_signature_reports_its_own_line():
+    def first(i, j):
+        a = G(DATA, i)  # SITE-A
+        b = G(DATA, j)  # SITE-B
+        return a + b
+
+    def second(i):
+        return G(DATA, i)  # SITE-C
+
+    f, g = xgather.checked(jax.jit(first), sync=True), xgather.checked(second, sync=True)
+    for call, site in ((lambda: f(np.array([0]), np.array([9])), "SITE-B"),
+                       (lambda: f(np.array([9]), np.array([0])), "SITE-A"),
+                       (lambda: g(np.array([7])), "SITE-C")):
+        with pytest.raises(xgather.OutOfBoundsError,
+                           match=rf"traced at {__file__}:{_line_of('# ' + site)}\n"):
+            call()
+
+
 def test_sync_stops_a_bad_nnx_step_before_it_is_applied():
     nnx = pytest.importorskip("flax.nnx")
     optax = pytest.importorskip("optax")

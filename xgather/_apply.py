@@ -64,7 +64,8 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     if not _dtypes.is_traced(data, indices):
         return eager_runner(call, indices)(data, indices)
     mode = check_now_or_later(plan, mode, indices)
-    return program(call._replace(mode=mode), False)(data, indices)
+    where = _check.call_site() if mode == "error" else None  # the op's caller, at trace
+    return program(call._replace(mode=mode, where=where), False)(data, indices)
 
 
 def eager_runner(call: Call, indices):

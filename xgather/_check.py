@@ -65,16 +65,16 @@ def gather(call: Call, data, indices, *, flag: bool = False):
     wraps negative indices inside the gather.
     """
     checks = call.mode == "error" or flag
-    bad = _flag(call.plan, indices, report=call.mode == "error") if checks else None
+    bad = _flag(call.plan, indices, call.mode == "error", call.where) if checks else None
     return bad, _indices.gather(call, data, indices, inline_wrap=checks)
 
 
-def _flag(plan, indices, report: bool):
+def _flag(plan, indices, report: bool, where: str | None = None):
     """The traced check (``report``: ``emit``), or the flag alone
     (``xgather._indices.out_of_range``)."""
     if not report:
         return _indices.out_of_range(plan, indices)
-    return emit(plan, _indices.fit_dtype(plan, indices))
+    return emit(plan, _indices.fit_dtype(plan, indices), where)
 
 
 def flag_text(plan) -> str:
@@ -247,9 +247,10 @@ def replicated(x):
     return x
 
 
-def emit(plan, indices):
+def emit(plan, indices, where: str | None = None):
     """The traced check: a checkify check on whether some index is out of range, which
-    carries the report and the user's file and line; returns that flag.
+    carries the report and ``where``, the user's file and line (found here where not
+    given); returns that flag.
 
     One variadic reduction over the indices gives the flag, the count of bad indices
     and the first one's flat position. Under [`checked`][xgather.checked] the check carries those
@@ -263,7 +264,7 @@ def emit(plan, indices):
     indices = replicated(indices)
     count, first = _count_first(plan, indices)
     bad = lax.gt(count, np.zeros((), count.dtype))
-    where = _call_site()
+    where = call_site() if where is None else where
     if _TRACING.value == "yes":  # in lax ops, as _count_first
         dtype = indices.dtype
         value = lax.dynamic_slice(lax.reshape(indices, (indices.size,)), (first,), (1,))
@@ -340,7 +341,7 @@ def _user_frame() -> tuple[types.FrameType | None, int]:
     return frame, level
 
 
-def _call_site() -> str:
+def call_site() -> str:
     """``file:line`` of the user's code that called the op (at trace time)."""
     frame, _ = _user_frame()
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"

@@ -490,10 +490,10 @@ def check_data(op: str, data, shapes=None):
             return jax.device_put(data)
         return jnp.asarray(data)
     except OverflowError as e:  # a list's integer beyond JAX's default integer type
+        advice = ("a NumPy uint64 array" if x64() else "a NumPy int64 array (gathered "
+                  "exactly on the host), or turn jax_enable_x64 on")
         raise XGatherTypeError(f"{op}: data as a list holds an integer that JAX's default "
-                               f"integer type cannot hold ({e}); pass it as a NumPy int64 "
-                               "array (gathered exactly on the host) or turn "
-                               "jax_enable_x64 on") from None
+                               f"integer type cannot hold ({e}); pass it as {advice}") from None
     except TypeError as e:
         raise XGatherTypeError(f"{op}: data has a dtype JAX cannot hold; got "
                                f"{getattr(data, 'dtype', type(data))}" + (f" ({e})")) from e

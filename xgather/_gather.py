@@ -22,8 +22,10 @@ class Call(NamedTuple):
     ``fill_value`` (a Python scalar or None), the promises passed to ``lax.gather``
     about the wrapped positions, where the result lives (``out_sharding``: a
     ``NamedSharding``, or a ``PartitionSpec`` of the mesh in context) and LabVIEW's
-    gradient (``(training, coeff)``, see ``xgather._grad``). Hashable: the key of the
-    call's jitted program."""
+    gradient (``(training, coeff)``, see ``xgather._grad``); and, for a traced
+    ``"error"`` check, ``where``: the user's file and line that called the op, which its
+    report names (part of the key: two call sites of one signature are two programs,
+    each reporting its own line). Hashable: the key of the call's jitted program."""
 
     plan: Plan
     mode: str
@@ -32,6 +34,7 @@ class Call(NamedTuple):
     unique_indices: bool = False
     out_sharding: Any = None
     grad: tuple[bool, float] | None = None
+    where: str | None = None
 
 
 def gather(call: Call, data, idx):
