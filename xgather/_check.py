@@ -621,7 +621,7 @@ def _raise_now(pending: _Pending, out, state, args, kwargs, donating) -> None:
     try:
         _raise(pending, deferred=False)
     except Exception as err:  # xgather's error, or a user's own checkify.check
-        err.result = out
+        err.result = out  # type: ignore[attr-defined]  # any exception: a new attribute
         err.add_note("The call donated its arguments, which are gone: its result is this "
                      "error's `result` (nnx objects among the arguments were updated).")
         raise
@@ -694,7 +694,7 @@ def _dynamic(tree, leaves) -> list[bool]:
             continue
         n = len(jax.tree.leaves(node))
         for i in range(at, at + n):
-            if isinstance(leaves[i], int | float | complex):
+            if type(leaves[i]) in (bool, int, float, complex):  # not NumPy's float64
                 dynamic[i] = False
         at += n
     return dynamic
