@@ -968,8 +968,9 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         # Through jax.jit as it is where it takes the arguments and the result (no nnx
         # objects, no constants): fewer microseconds a call than through arrays_of.
         ran = None
-        if not direct_fails and (_plain(args, kwargs) or not (
-                "flax.nnx" in sys.modules or "equinox" in sys.modules)):
+        modules = sys.modules
+        if not direct_fails and (("flax.nnx" not in modules and "equinox" not in modules)
+                                 or _plain(args, kwargs)):
             if _exporting(args):  # an exporter traces the call: as below
                 return fn(*args, **kwargs)
             try:
@@ -996,8 +997,8 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
                      "it, as in xgather.checked(jax.jit(f)); checked compiles fn already")
             # An outer checkify takes the checks over: fn again, traced with the report.
             return fn(*args, **kwargs)
-        number = queue.calls.get(name_key, 0) + 1
-        queue.calls[name_key] = number
+        counts = queue.calls
+        number = counts[name_key] = counts.get(name_key, 0) + 1
         if sync or _sync_all:
             if flag_set(flag):  # before nnx's variables are written back: not applied
                 _raise_now(_Pending(flag, leaves, name, number), out, state, args, kwargs,
