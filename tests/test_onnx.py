@@ -238,3 +238,23 @@ def test_explain_shows_which_lowering_is_taken():
     assert elems.dimension_numbers.operand_batching_dims == (0,)
     assert batched.lowering == "vmap" and batched.batch_dims == 1
     assert "lowering: vmap over 1 batch dim(s)" in str(batched)
+
+
+def test_explain_names_the_calls_bound_check_and_checks_its_options():
+    data, idx = np.zeros((3, 4), np.float32), np.array([1, 2])
+    notes = {kw.get("mode"): xgather.explain(xgather.onnx.gather, data, idx, **kw).notes[0]
+             for kw in ({}, {"mode": "clip"}, {"mode": "fill", "fill_value": 2.0},
+                        {"mode": "promise_in_bounds"})}
+    assert notes[None].startswith('bound check (mode="error"): ')
+    assert notes["clip"] == ('bound check: none (mode="clip": an out-of-range index reads '
+                             'the nearest end)')
+    assert notes["fill"] == ('bound check: none (mode="fill": an out-of-range index gives '
+                             'fill_value)')
+    assert "you promise" in notes["promise_in_bounds"]
+    zeros = xgather.explain(xgather.openvino.gather, data, idx, 0).notes[0]
+    assert zeros == ('bound check: none (mode="fill": an out-of-range index gives zeros, '
+                     "the spec's rule)")
+    with xgather.default_mode("clip"):  # the mode in force, as the call takes it
+        assert xgather.explain(xgather.onnx.gather, data, idx).notes[0] == notes["clip"]
+    with pytest.raises(xgather.XGatherTypeError, match="fill_value for float32 data must be"):
+        xgather.explain(xgather.onnx.gather, data, idx, mode="fill", fill_value="x")

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from xgather import _check, _dtypes, _patches
+from xgather._errors import fail
 from xgather._gather import Call
 from xgather._plan import Plan
 
@@ -128,4 +129,13 @@ def check_now_or_later(plan: Plan, mode: str, indices) -> str:
             _check.host_check(plan, indices)
             return "promise_in_bounds"
         _check.traced(plan.op)
+    elif mode in ("clip", "fill") and _patches.foreign():
+        # An exporter tracing without xgather's plugin (which turns every mode into
+        # "promise_in_bounds" on indices it made in range): jax2onnx 0.17 drops lax.gather's
+        # clip and fill modes, and its GatherND wraps the indices again.
+        fail(plan.op, f'mode="{mode}" is traced under another library\'s patches of JAX, as '
+             "an exporter traces, which would lose it: jax2onnx (0.17) drops lax.gather's "
+             "clip and fill modes and exports other values. To export xgather's ops with "
+             "jax2onnx, call xgather.export.register_jax2onnx() before jax2onnx.to_onnx "
+             "(or use xgather.export.to_onnx)")
     return mode

@@ -379,6 +379,7 @@ def op(planner: Callable[..., Plan], index_dtypes: tuple, *, spec_default: str =
             return _run_and_cache(key, call, data, idx, indices, check)
 
         wrapper.__xgather_plan__ = planner  # type: ignore[attr-defined]
+        wrapper.__xgather_spec_default__ = spec_default  # type: ignore[attr-defined]
         return cast(_Op, wrapper)
     return declare
 
@@ -390,7 +391,9 @@ def explain(op, *args, **kwargs) -> Plan:
     ``jax.ShapeDtypeStruct``). ``print(xgather.explain(...))`` shows the
     normalised attributes, the lowering taken, the ``lax.GatherDimensionNumbers``
     and the slice sizes, then what the call adds to the plan as traced now: the
-    form of the bound check's flag (the plan's ``notes``).
+    bound check of the call's mode (the plan's ``notes``), the form of its flag in
+    ``"error"``, none in the other modes. ``mode`` and ``fill_value`` are checked as
+    the call checks them.
 
     Examples:
         >>> import numpy as np, xgather
@@ -412,4 +415,22 @@ def explain(op, *args, **kwargs) -> Plan:
                       _modes.MODES)
     args, kwargs = _inputs(f"xgather.explain({_name(op)})", args, kwargs)
     plan = planner(*args, **kwargs)
-    return dataclasses.replace(plan, notes=(_check.flag_text(plan),))
+    # The call's mode and fill_value, checked as the call checks them: the note says
+    # which bound check the call runs, if any.
+    bound = inspect.signature(op).bind(*args, **kwargs)
+    bound.apply_defaults()
+    given = bound.arguments
+    mode = _modes.resolve(plan.op, given.get("mode"),
+                          getattr(op, "__xgather_spec_default__", "error"))
+    if "fill_value" in given:
+        data = next(iter(given.values()))
+        _dtypes.fill_scalar(plan.op, given["fill_value"], data_dtype(data),
+                            shapes(data, given[list(given)[1]]))
+    spec_rule = given.get("mode") is None and mode == "fill"  # OpenVINO Gather's zeros
+    note = (_check.flag_text(plan) if mode == "error" else
+            f'bound check: none (mode="{mode}": '
+            + ("an out-of-range index reads the nearest end)" if mode == "clip" else
+               "an out-of-range index gives zeros, the spec's rule)" if spec_rule else
+               "an out-of-range index gives fill_value)" if mode == "fill" else
+               "you promise that every index is in range)"))
+    return dataclasses.replace(plan, notes=(note,))
