@@ -568,6 +568,34 @@ def test_static_argnames_as_one_name():
         xgather.raise_if_error()
 
 
+@pytest.mark.parametrize("how", ["argnames", "argnums", "argnums from the end"])
+def test_static_and_donated_arguments_by_name_or_by_position(how):
+    """As jax.jit reads them, through the function's signature: a static or donated
+    argument named by position may be passed by name, and one named by name by position."""
+    def f(d, i, axis):
+        return G(d, i, axis=axis)
+    static = {"argnames": {"static_argnames": "axis"}, "argnums": {"static_argnums": 2},
+              "argnums from the end": {"static_argnums": -1}}[how]
+    g = xgather.checked(f, **static)
+    idx = np.array([3, -1])
+    for call in (lambda: g(DATA, idx, 1), lambda: g(DATA, idx, axis=1),
+                 lambda: g(d=DATA, i=idx, axis=1)):
+        np.testing.assert_array_equal(np.asarray(call()), reference.gather(DATA, idx, axis=1))
+
+    def step(w, ids):
+        return w * 2, G(DATA, ids)
+    donate = {"argnames": {"donate_argnames": "w"}, "argnums": {"donate_argnums": 0},
+              "argnums from the end": {"donate_argnums": -2}}[how]
+    h = xgather.checked(step, **donate)
+    ids = np.array([2, -1])
+    for call in (lambda w: h(w, ids), lambda w: h(w=w, ids=ids)):
+        w = jnp.ones(3)
+        out, rows = call(w)
+        assert w.is_deleted()  # donated, whichever way it was passed
+        np.testing.assert_array_equal(np.asarray(out), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(np.asarray(rows), reference.gather(DATA, ids))
+
+
 CONST_DATA = jnp.asarray(DATA)
 
 

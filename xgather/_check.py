@@ -35,6 +35,7 @@ import atexit
 import collections
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import sys
@@ -832,6 +833,27 @@ def _argnums(value) -> tuple:
     return (value,) if isinstance(value, int | str) else tuple(value)
 
 
+def _nums_and_names(fn, nums: tuple, names: tuple) -> tuple[tuple, tuple]:
+    """Positions and names made to name the same arguments, through ``fn``'s signature,
+    as ``jax.jit`` does: ``static_argnames=("n",)`` also holds where ``n`` is passed by
+    position, and ``static_argnums=(2,)`` where the third argument is passed by name.
+    (The checked programs take ``*args, **kwargs``, where ``jax.jit`` cannot see it.)"""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: as given
+        return nums, names
+    both = (inspect.Parameter.POSITIONAL_OR_KEYWORD,)
+    positional = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY, *both)]
+    if not any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        # counted from the signature's end, not from the end of a call's arguments
+        nums = tuple(i + len(positional) if -len(positional) <= i < 0 else i for i in nums)
+    more_nums = [i for i, p in enumerate(positional) if p.name in names and p.kind in both]
+    more_names = [positional[i].name for i in nums
+                  if -len(positional) <= i < len(positional) and positional[i].kind in both]
+    return (tuple(dict.fromkeys((*nums, *more_nums))),
+            tuple(dict.fromkeys((*names, *more_names))))
+
+
 def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(),
             donate_argnums=(), donate_argnames=()):
     """``fn`` with xgather's bound checks kept, compiled once per argument structure.
@@ -877,8 +899,9 @@ def checked(fn=None, *, sync: bool = False, static_argnums=(), static_argnames=(
         fail("xgather.checked", "fn must be a callable (a function of arrays)",
              type(fn).__name__, kind=XGatherTypeError)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    argnums, argnames = _argnums(static_argnums), _argnums(static_argnames)
-    donate_nums, donate_names = _argnums(donate_argnums), _argnums(donate_argnames)
+    argnums, argnames = _nums_and_names(fn, _argnums(static_argnums), _argnums(static_argnames))
+    donate_nums, donate_names = _nums_and_names(fn, _argnums(donate_argnums),
+                                                _argnums(donate_argnames))
     static = frozenset(argnums + argnames)
 
     programs: dict = {}  # spec -> [spec, its jitted program]
