@@ -256,5 +256,7 @@ def test_explain_names_the_calls_bound_check_and_checks_its_options():
                      "the spec's rule)")
     with xgather.default_mode("clip"):  # the mode in force, as the call takes it
         assert xgather.explain(xgather.onnx.gather, data, idx).notes[0] == notes["clip"]
+    with xgather.default_mode("fill"):  # ONNX's fill by choice, not its spec's rule
+        assert xgather.explain(xgather.onnx.gather, data, idx).notes[0] == notes["fill"]
     with pytest.raises(xgather.XGatherTypeError, match="fill_value for float32 data must be"):
         xgather.explain(xgather.onnx.gather, data, idx, mode="fill", fill_value="x")

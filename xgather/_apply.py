@@ -135,7 +135,5 @@ def check_now_or_later(plan: Plan, mode: str, indices) -> str:
         # clip and fill modes, and its GatherND wraps the indices again.
         fail(plan.op, f'mode="{mode}" is traced under another library\'s patches of JAX, as '
              "an exporter traces, which would lose it: jax2onnx (0.17) drops lax.gather's "
-             "clip and fill modes and exports other values. To export xgather's ops with "
-             "jax2onnx, call xgather.export.register_jax2onnx() before jax2onnx.to_onnx "
-             "(or use xgather.export.to_onnx)")
+             f"clip and fill modes and exports other values: {_patches.EXPORT_ADVICE}")
     return mode

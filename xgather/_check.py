@@ -355,11 +355,9 @@ def traced(op: str) -> None:
     errors = _jaxprivate.checkify_errors()
     if errors is None and _patches.foreign():  # an exporter tracing, without xgather's plugin
         fail(op, 'mode="error" is traced under another library\'s patches of JAX, as an '
-             "exporter traces: to export xgather's ops to ONNX with jax2onnx, call "
-             "xgather.export.register_jax2onnx() before jax2onnx.to_onnx (or use "
-             "xgather.export.to_onnx), which exports the check as onnxruntime's own; "
-             "elsewhere, wrap the function in xgather.checked(f) or choose mode=\"clip\", "
-             "\"fill\" or \"promise_in_bounds\"")
+             f"exporter traces: {_patches.EXPORT_ADVICE}, which exports the check as "
+             "onnxruntime's own; elsewhere, wrap the function in xgather.checked(f) or "
+             "choose mode=\"clip\", \"fill\" or \"promise_in_bounds\"")
     if errors is None:  # no checkify is tracing
         fail(op, 'mode="error" checks indices at run time, which needs the traced function '
              "to be wrapped: use xgather.checked(f) as the outermost wrapper (or "
@@ -615,16 +613,16 @@ def _raise_now(pending: _Pending, out, state, args, kwargs, donating) -> None:
     written back, and the arguments are as they were. Where the call donated arguments,
     they are gone: nnx's variables are written back then, and the error carries the
     call's result as ``result``, so that a training loop can go on."""
-    if not donating:
-        _raise(pending, deferred=False)
-    if state is not None:
-        _nnx().update((args, kwargs), state)
     try:
         _raise(pending, deferred=False)
     except Exception as err:  # xgather's error, or a user's own checkify.check
-        err.result = out  # type: ignore[attr-defined]  # any exception: a new attribute
-        err.add_note("The call donated its arguments, which are gone: its result is this "
-                     "error's `result` (nnx objects among the arguments were updated).")
+        if donating:
+            if state is not None:
+                _nnx().update((args, kwargs), state)
+            err.result = out  # type: ignore[attr-defined]  # any exception: a new attribute
+            err.add_note("The call donated its arguments, which are gone: its result is "
+                         "this error's `result` (nnx objects among the arguments were "
+                         "updated).")
         raise
 
 
@@ -848,8 +846,8 @@ def _nums_and_names(fn, nums: tuple, names: tuple) -> tuple[tuple, tuple]:
         # counted from the signature's end, not from the end of a call's arguments
         nums = tuple(i + len(positional) if -len(positional) <= i < 0 else i for i in nums)
     more_nums = [i for i, p in enumerate(positional) if p.name in names and p.kind in both]
-    more_names = [positional[i].name for i in nums
-                  if -len(positional) <= i < len(positional) and positional[i].kind in both]
+    more_names = [positional[i].name for i in nums  # (with *args, -1 is the call's last)
+                  if 0 <= i < len(positional) and positional[i].kind in both]
     return (tuple(dict.fromkeys((*nums, *more_nums))),
             tuple(dict.fromkeys((*names, *more_names))))
 

@@ -183,6 +183,17 @@ def data_dtype(data) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(np.asarray(data).dtype))
 
 
+def mode_and_fill(plan, data, mode, fill_value, spec_default: str, sh=None):
+    """``(mode, fill_value, spec_rule)`` of a call: the mode it runs in (``_modes.resolve``)
+    and its ``fill_value`` checked against ``data``'s dtype. ``spec_rule``: ``mode=None``
+    where the spec defines out-of-range results (OpenVINO Gather's zeros), whose
+    ``fill_value`` is then None: checked, but not used outside ``"fill"``."""
+    spec_rule = mode is None and spec_default != "error"
+    mode = _modes.resolve(plan.op, mode, spec_default)
+    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
+    return mode, None if spec_rule else fill_value, spec_rule
+
+
 def resolve_call(plan, data, indices, allowed, mode, fill_value, *, spec_default="error",
                  indices_are_sorted=False, unique_indices=False, grad=None, out_sharding=None):
     """What every call resolves before it runs: ``(call, indices, check)``.
@@ -195,11 +206,7 @@ def resolve_call(plan, data, indices, allowed, mode, fill_value, *, spec_default
     """
     check_addressable(plan)
     sh = shapes(data, indices)
-    spec_rule = mode is None and spec_default != "error"  # OpenVINO Gather's zeros
-    mode = _modes.resolve(plan.op, mode, spec_default)
-    fill_value = _dtypes.fill_scalar(plan.op, fill_value, data_dtype(data), sh)
-    if spec_rule:  # checked, but not used outside "fill" (the spec's zeros stay zeros)
-        fill_value = None
+    mode, fill_value, _ = mode_and_fill(plan, data, mode, fill_value, spec_default, sh)
     check = functools.partial(_check.host_check, plan) if mode == "error" else None
     indices = _dtypes.index_array(plan.op, indices, allowed, sh, check)
     sorted_ = bool_option(plan.op, "indices_are_sorted", indices_are_sorted, sh)
@@ -420,13 +427,10 @@ def explain(op, *args, **kwargs) -> Plan:
     bound = inspect.signature(op).bind(*args, **kwargs)
     bound.apply_defaults()
     given = bound.arguments
-    mode = _modes.resolve(plan.op, given.get("mode"),
-                          getattr(op, "__xgather_spec_default__", "error"))
-    if "fill_value" in given:
-        data = next(iter(given.values()))
-        _dtypes.fill_scalar(plan.op, given["fill_value"], data_dtype(data),
-                            shapes(data, given[list(given)[1]]))
-    spec_rule = given.get("mode") is None and mode == "fill"  # OpenVINO Gather's zeros
+    data, indices = list(given.values())[:2]
+    mode, _, spec_rule = mode_and_fill(plan, data, given.get("mode"), given.get("fill_value"),
+                                       getattr(op, "__xgather_spec_default__", "error"),
+                                       shapes(data, indices))
     note = (_check.flag_text(plan) if mode == "error" else
             f'bound check: none (mode="{mode}": '
             + ("an out-of-range index reads the nearest end)" if mode == "clip" else

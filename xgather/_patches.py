@@ -2,10 +2,11 @@
 
 An exporter replaces JAX's functions while it traces (jax2onnx's ``to_onnx`` swaps
 ``jax.numpy.where`` and others for its own), and a trace made then holds primitives that
-nothing else can lower: it must not be cached, and an ``"error"`` op traced there should
-say how to export it. Only the functions xgather calls are watched: a patch another
-library leaves behind elsewhere (jax2onnx 0.17.1 leaves ``jax.numpy.cumsum`` replaced
-after an export) changes none of xgather's traces.
+nothing else can lower: it must not be cached, and an op whose mode would be lost there
+(``"error"``, ``"clip"``, ``"fill"``) says how to export it (``EXPORT_ADVICE``). Only the
+functions xgather calls are watched: a patch another library leaves behind elsewhere
+(jax2onnx 0.17.1 leaves ``jax.numpy.cumsum`` replaced after an export) changes none of
+xgather's traces.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ WATCHED = {
           "neg", "platform_dependent", "psum", "psum_scatter", "reduce", "reshape", "select",
           "slice", "slice_in_dim", "with_sharding_constraint"),
 }
+
+#: What an op traced under an exporter's patches, without xgather's plugin, tells the user.
+EXPORT_ADVICE = ("to export xgather's ops to ONNX with jax2onnx, call "
+                 "xgather.export.register_jax2onnx() before jax2onnx.to_onnx (or use "
+                 "xgather.export.to_onnx)")
 
 # The module dicts (no deprecated name is touched) and the functions as xgather found them.
 _ORIGINALS = tuple((vars(module), names, tuple(vars(module).get(n) for n in names))
