@@ -291,8 +291,9 @@ def _expected_pass(wrap_pass, plan):
 
 @pytest.mark.parametrize("platform", ["cpu", "gpu"])
 def test_the_cases_take_every_pass(monkeypatch, platform):
+    """With the size rule (the CPU's choice; on the GPU, ``wrap="by_size"``)."""
     monkeypatch.setattr(_lower, "SEPARATE_WRAP", 1)
-    with xgather.lowering(platform):
+    with xgather.lowering(platform, wrap="by_size"):
         passes = {xgather.explain(op, np.zeros(d, np.float32), np.zeros(i, np.int32),
                                   *a).wrap_pass for op, d, i, a, _, _ in CASES}
     # Without row batching, the gather inside (3, 4, 6) copies slices of 18 elements.
@@ -384,8 +385,9 @@ def test_both_wrap_passes_differentiate(case, mode, wrap_pass):
 
 @pytest.mark.parametrize("platform", _lower.PLATFORMS)
 def test_the_default_threshold_takes_each_pass(platform):
+    """The size rule, as the CPU takes it (and an accelerator under ``wrap="by_size"``)."""
     def wrap_pass(op, dshape, ishape, *args):
-        with xgather.lowering(platform):
+        with xgather.lowering(platform, wrap="by_size"):
             return xgather.explain(op, np.zeros(dshape, np.float32),
                                    np.zeros(ishape, np.int32), *args).wrap_pass
     assert wrap_pass(G, (100, 16), (10,)) == "fused"  # small

@@ -18,9 +18,13 @@ platform without changing a value. The choices, each exact on every platform:
   whose index tuples address every axis) are lowered: ``"batching_dims"`` (XLA
   batching dimensions, no index tuples) or ``"linear"`` (one linear index into the
   flattened data, which is how torch's kernels address them).
-
-And one choice that depends on sizes alone: where negative indices are wrapped
-(``wrap_pass``).
+* ``wrap``: where negative indices are wrapped. ``"fused"``: inside the gather's
+  index computation, at every size (a compare and a select per index read; no
+  branch). ``"by_size"`` (XLA:CPU, measured there): fused for small gathers and wide
+  slices, and for larger gathers of narrow slices in a branch of a conditional, taken
+  only when some index is negative (``wrap_pass``). An accelerator takes ``"fused"``:
+  XLA:GPU reads a conditional's predicate on the host, so a branch would make the
+  host wait for the device in the middle of the program.
 
 The platform is JAX's default backend when the plan is made. [`lowering`][xgather.lowering] sets
 another for a block (to trace another platform's choices here, or to choose the element
@@ -45,6 +49,8 @@ from xgather._errors import fail
 PLATFORMS = ("cpu", "gpu", "tpu")
 #: The lowerings of element gathers (see the module docstring).
 ELEMENT_GATHERS = ("batching_dims", "linear")
+#: Where negative indices are wrapped (see the module docstring).
+WRAPS = ("by_size", "fused")
 #: The platform whose choices an export traces with (its graph is the same everywhere).
 EXPORT_PLATFORM = "cpu"
 
@@ -58,12 +64,13 @@ class Choices:
     flag: str
     clamps_64: bool
     element_gather: str = "batching_dims"
+    wrap: str = "fused"
 
 
 #: The choices per platform. ``element_gather`` stays ``"batching_dims"`` everywhere until
 #: a GPU measurement shows the linear form paying (``.ci/gpu`` times both).
 TABLE = {
-    "cpu": Choices("cpu", row_batching=True, flag="float max", clamps_64=True),
+    "cpu": Choices("cpu", row_batching=True, flag="float max", clamps_64=True, wrap="by_size"),
     "gpu": Choices("gpu", row_batching=False, flag="any", clamps_64=False),
     "tpu": Choices("tpu", row_batching=False, flag="any", clamps_64=False),
 }
@@ -98,6 +105,7 @@ for _name, _kind in _env_element_gather().items():
 class _Override:
     platform: str | None = None
     element_gather: str | None = None
+    wrap: str | None = None
 
 
 _lock = threading.Lock()
@@ -124,13 +132,16 @@ def choices(name: str | None = None) -> Choices:
     chosen = TABLE.get(name) or dataclasses.replace(TABLE["tpu"], platform=name)
     if _override is not None and _override.element_gather is not None:
         chosen = dataclasses.replace(chosen, element_gather=_override.element_gather)
+    if _override is not None and _override.wrap is not None:
+        chosen = dataclasses.replace(chosen, wrap=_override.wrap)
     return chosen
 
 
 @contextlib.contextmanager
-def lowering(platform: str | None = None, *, element_gather: str | None = None):
+def lowering(platform: str | None = None, *, element_gather: str | None = None,
+             wrap: str | None = None):
     """Trace xgather's gathers with another platform's lowering choices, or another
-    element-gather lowering, inside the block.
+    element-gather lowering or negative wrap, inside the block.
 
     Every lowering is exact on every platform, so this changes speed, never values:
     it lets a CPU machine run (and test) what a GPU would, and a GPU measure the
@@ -141,6 +152,9 @@ def lowering(platform: str | None = None, *, element_gather: str | None = None):
     Args:
       platform: ``"cpu"``, ``"gpu"`` or ``"tpu"`` (None: JAX's default backend).
       element_gather: ``"batching_dims"`` or ``"linear"`` (None: the platform's).
+      wrap: where negative indices are wrapped: ``"fused"`` (in the gather, no branch)
+        or ``"by_size"`` (XLA:CPU's rule: a branch for larger gathers of narrow
+        slices); None: the platform's.
 
     Examples:
         >>> import numpy as np, xgather
@@ -155,11 +169,14 @@ def lowering(platform: str | None = None, *, element_gather: str | None = None):
     if element_gather is not None and element_gather not in ELEMENT_GATHERS:
         fail("xgather.lowering", f"element_gather must be one of {ELEMENT_GATHERS}",
              repr(element_gather))
+    if wrap is not None and wrap not in WRAPS:
+        fail("xgather.lowering", f"wrap must be one of {WRAPS}", repr(wrap))
     with _lock:
         outer = _override
         _override = _Override(_ALIASES.get(platform, platform) if platform else
                               (outer.platform if outer else None),
-                              element_gather or (outer.element_gather if outer else None))
+                              element_gather or (outer.element_gather if outer else None),
+                              wrap or (outer.wrap if outer else None))
     try:
         yield
     finally:
@@ -167,7 +184,7 @@ def lowering(platform: str | None = None, *, element_gather: str | None = None):
             _override = outer
 
 
-# -- where negative indices are wrapped: by size ------------------------------------------------
+# -- where negative indices are wrapped: by size, where the platform's choice is "by_size" -----
 
 #: Output elements from which the negative wrap gets a pass of its own (skipped when no
 #: index is negative); below, it is computed inside the gather, where a branch would cost more.
@@ -200,9 +217,10 @@ def small(plan) -> bool:
 
 def wrap_pass(plan) -> str:
     """Where ``plan``'s negative indices are wrapped: ``"fused"``, ``"separate"`` or
-    ``"gather"`` (see ``xgather._plan.Plan.wrap_pass``). With a symbolic size, inside
-    the gather: the branch's choice needs numbers, and the fused wrap is exact at any."""
-    if not _sizes_known(plan.out_shape, plan.indices_shape):
+    ``"gather"`` (see ``xgather._plan.Plan.wrap_pass``). Always ``"fused"`` where the
+    plan's platform choice (``plan.wrap``) is, and with a symbolic size: the branch's
+    choice needs numbers, and the fused wrap is exact at any."""
+    if plan.wrap == "fused" or not _sizes_known(plan.out_shape, plan.indices_shape):
         return "fused"
     n, out = plan.index_count, math.prod(plan.out_shape)
     if not n or small(plan) or math.prod(plan.slice_sizes) >= ROW_SLICE:
@@ -210,5 +228,5 @@ def wrap_pass(plan) -> str:
     return "separate" if out >= ROWS * n else "gather"
 
 
-__all__ = ["ELEMENT_GATHERS", "PLATFORMS", "TABLE", "Choices", "choices", "lowering",
+__all__ = ["ELEMENT_GATHERS", "PLATFORMS", "TABLE", "WRAPS", "Choices", "choices", "lowering",
            "platform", "wrap_pass"]

@@ -25,6 +25,8 @@ Shape = tuple[int, ...]
 _WRAP_TEXT = {"separate": "in a pass before the gather, when some index is negative",
               "gather": "in a branch with its own gather, when some index is negative",
               "fused": "inside the gather"}
+_WRAP_CHOICE = {"fused": "fused at every size, no branch",
+                "by_size": "fused for small gathers and wide slices, else a branch"}
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -65,6 +67,9 @@ class Plan:
         ``"gpu"``, ``"tpu"``; JAX's default backend when the plan was made, or
         the one [`xgather.lowering`][xgather.lowering] set). Every lowering is exact on every
         platform.
+      wrap: the platform's choice of where negative indices are wrapped
+        (``xgather._lower.Choices.wrap``): ``"fused"`` (always inside the gather:
+        GPU, TPU) or ``"by_size"`` (XLA:CPU: ``wrap_pass`` by the sizes).
       wrap_pass: where negative indices are wrapped: ``"fused"`` (inside the
         gather's loop: small gathers, where a branch would cost more than the
         wrap, and gathers of slices of ``ROW_SLICE`` elements or more, where
@@ -94,6 +99,7 @@ class Plan:
     lowering: str = "vmap"
     index_broadcast: Shape = ()
     platform: str = "cpu"
+    wrap: str = "by_size"
     model_opset: int | None = None
     #: Lines that [`xgather.explain`][xgather.explain] adds: what the call makes of the
     #: plan as traced then (the form of the bound check's flag). Not part of the plan's
@@ -140,8 +146,9 @@ class Plan:
             + (f" over {self.batch_dims} batch dim(s)" if self.batch_dims else "")
             + f" (chosen for the {self.platform} platform)",
             f"  index axes of data: {self.index_axes} (bounds {self.bounds}),"
-            + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]}"
-               ")" if self.negative
+            + (f" negative indices wrap ({_WRAP_TEXT[self.wrap_pass]};"
+               f" the {self.platform} platform's wrap: {_WRAP_CHOICE[self.wrap]})"
+               if self.negative
                else " negative indices are out of range"),
             f"  lax.gather: offset_dims={dn.offset_dims}"
             f" collapsed_slice_dims={dn.collapsed_slice_dims}"
@@ -245,13 +252,13 @@ def _take_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, batc
             start_index_map=(a,), operand_batching_dims=rows, start_indices_batching_dims=rows)
         return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
                     (1,) * (a + 1) + d[a + 1:], out, lowering="vmap+row_batching",
-                    index_broadcast=d[:a], platform=chosen.platform)
+                    index_broadcast=d[:a], platform=chosen.platform, wrap=chosen.wrap)
     per_out = d[:a] + q + d[a + 1:]
     offset = tuple(range(a)) + tuple(range(a + len(q), len(per_out)))
     dn = lax.GatherDimensionNumbers(
         offset_dims=offset, collapsed_slice_dims=(a,), start_index_map=(a,))
     return Plan(op, data_shape, indices_shape, out, b, (axis,), False, negative, dn,
-                d[:a] + (1,) + d[a + 1:], out, platform=chosen.platform)
+                d[:a] + (1,) + d[a + 1:], out, platform=chosen.platform, wrap=chosen.wrap)
 
 
 def nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int = 0,
@@ -299,9 +306,9 @@ def _nd_plan(op: str, data_shape: Shape, indices_shape: Shape, batch_dims: int, 
     if k == len(d) and _linear(chosen, d):  # single elements: one linear index each
         return Plan(op, data_shape, indices_shape, out, b, tuple(range(b, b + k)), True,
                     negative, _LINEAR, (1,), gathered, lowering="linear",
-                    platform=chosen.platform)
+                    platform=chosen.platform, wrap=chosen.wrap)
     return Plan(op, data_shape, indices_shape, out, b, tuple(range(b, b + k)), True, negative,
-                dn, (1,) * k + d[k:], gathered, platform=chosen.platform)
+                dn, (1,) * k + d[k:], gathered, platform=chosen.platform, wrap=chosen.wrap)
 
 
 def elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int,
@@ -349,10 +356,10 @@ def _elements_plan(op: str, data_shape: Shape, indices_shape: Shape, axis: int, 
     if _linear(chosen, data_shape):
         return Plan(op, data_shape, indices_shape, indices_shape, 0, (axis,), False, negative,
                     _LINEAR, (1,), indices_shape, lowering="linear",
-                    platform=chosen.platform)
+                    platform=chosen.platform, wrap=chosen.wrap)
     return Plan(op, data_shape, indices_shape, indices_shape, 0, (axis,), False, negative, dn,
                 (1,) * r, indices_shape, crop if crop != data_shape else None, "batching_dims",
-                platform=chosen.platform)
+                platform=chosen.platform, wrap=chosen.wrap)
 
 
 #: The gather of the ``"linear"`` lowering: one element of the flattened data per index.
