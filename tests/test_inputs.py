@@ -112,6 +112,85 @@ def test_torch_cpu_tensors_without_jax_cpu_backend(monkeypatch):
         == [2.0]
 
 
+def test_torch_tensors_with_a_negative_or_conjugate_bit_are_read_as_their_values():
+    """torch keeps ``-x`` and ``conj(z)`` as a bit beside the memory, which DLPack does not
+    carry: the values read are the tensor's, as torch prints them."""
+    torch = pytest.importorskip("torch", reason="torch is installed on CI's oldest leg only")
+    z = torch.tensor([1 + 2j, 3 - 4j, -5 + 0.5j])
+    negated = z.conj().imag  # a view with its negative bit set
+    assert negated.is_neg()
+    want_neg = np.array([-2.0, 4.0, -0.5], np.float32)
+    conj = z.conj()
+    assert conj.is_conj()
+    want_conj = np.array([1 - 2j, 3 + 4j, -5 - 0.5j], np.complex64)
+    idx = np.array([2, 0, -2])
+    for op in (xgather.onnx.gather, xgather.openvino.gather):
+        np.testing.assert_array_equal(np.asarray(op(negated, idx, 0)), want_neg[idx])
+        np.testing.assert_array_equal(np.asarray(op(conj, idx, 0)), want_conj[idx])
+
+
+@pytest.mark.parametrize("name", ["data", "indices"])
+def test_torch_tensors_on_the_meta_device_are_refused(name):
+    torch = pytest.importorskip("torch", reason="torch is installed on CI's oldest leg only")
+    meta = torch.empty(3, dtype=torch.float32 if name == "data" else torch.int64,
+                       device="meta")
+    args = (meta, np.array([0])) if name == "data" else (DATA, meta)
+    with pytest.raises(xgather.XGatherTypeError,
+                       match=rf"xgather.onnx.gather: {name} is a torch.Tensor on the meta "
+                             r"device, which has a shape and no values"):
+        xgather.onnx.gather(*args)
+
+
+@pytest.mark.parametrize("name", ["data", "indices"])
+def test_typed_prng_key_arrays_are_refused_with_the_way_to_gather_them(name):
+    keys = jax.random.split(jax.random.key(0), 4)
+    args = (keys, np.array([0, 2])) if name == "data" else (DATA, keys)
+    pattern = (rf"onnx.Gather-13: {name} is an array of typed PRNG keys, which no gather "
+               r"spec defines; gather their raw bits \(jax.random.key_data")
+    for call in (lambda: xgather.onnx.gather(*args),
+                 lambda: jax.jit(lambda a, b: xgather.onnx.gather(a, b, mode="clip"))(*args),
+                 lambda: xgather.explain(xgather.onnx.gather, *args)):
+        with pytest.raises(xgather.XGatherTypeError, match=pattern):
+            call()
+    # what the message advises gives jnp.take's keys
+    if name == "data":
+        raw = xgather.onnx.gather(jax.random.key_data(keys), np.array([0, 2]))
+        got = jax.random.wrap_key_data(raw)
+        want = jax.numpy.take(keys, np.array([0, 2]), axis=0)
+        np.testing.assert_array_equal(jax.random.key_data(got), jax.random.key_data(want))
+
+
+class ShapeAndDtype:
+    """Looks like an array (``.shape``, ``.dtype``) and holds no values."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+
+
+@pytest.mark.parametrize("name", ["data", "indices"])
+def test_an_object_with_shape_and_dtype_only_is_no_array(name):
+    args = ((ShapeAndDtype((4, 3), np.float32), np.array([0])) if name == "data" else
+            (DATA, ShapeAndDtype((2,), np.int32)))
+    for op in (xgather.onnx.gather, xgather.openvino.gather, xgather.labview.gather):
+        with pytest.raises(xgather.XGatherTypeError,
+                           match=rf"{name} is not an array: it has .shape and .dtype but no "
+                                 r"values .*; got tests.test_inputs.ShapeAndDtype"):
+            op(*args, 0)
+    # explain takes it: a plan needs shapes only
+    assert xgather.explain(xgather.onnx.gather, *args).out_shape == ((1, 3) if name == "data"
+                                                                     else (2, 3))
+
+
+@pytest.mark.parametrize("shape", [(3, -2), (-1,)])
+def test_explain_refuses_negative_dims(shape):
+    for data, idx, name in ((jax.ShapeDtypeStruct(shape, np.float32), np.zeros(2, int), "data"),
+                            (DATA, jax.ShapeDtypeStruct(shape, np.int32), "indices")):
+        with pytest.raises(xgather.XGatherError,
+                           match=rf"onnx.Gather-13: every dim of {name} must be >= 0; got "
+                                 rf"{name}.shape=\({shape[0]},"):
+            xgather.explain(xgather.onnx.gather, data, idx)
+
+
 MASKED = [
     ("float data", np.ma.masked_array(DATA, mask=DATA > 5), np.array([0])),
     ("indices", DATA, np.ma.masked_array([0, 1], mask=[0, 1])),

@@ -63,14 +63,16 @@ def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
     call = Call(plan, mode, fill_value, bool(indices_are_sorted), bool(unique_indices),
                 out_sharding, grad)
     if not _dtypes.is_traced(data, indices):
-        return eager_runner(call, indices)(data, indices)
+        return eager_runner(call, data, indices)(data, indices)
     mode = check_now_or_later(plan, mode, indices)
     where = _check.call_site() if mode == "error" else None  # the op's caller, at trace
     return program(call._replace(mode=mode, where=where), False)(data, indices)
 
 
-def eager_runner(call: Call, indices):
-    """``(data, indices) -> result`` for concrete arrays of these shapes and kinds.
+def eager_runner(call: Call, data, indices, *, own_indices: bool = False):
+    """``(data, indices) -> result`` for concrete arrays of these shapes and kinds, which
+    reads no memory of the caller's after it returns (``held``; ``own_indices``: the
+    runner is given indices no caller holds, converted already).
 
     Everything that depends only on the signature is settled here, once, so
     that a call does no more than its own work; the frontends cache the result
@@ -86,7 +88,7 @@ def eager_runner(call: Call, indices):
     gather = program(call._replace(mode="promise_in_bounds") if checks else call,
                      checks and not on_host)
     if not checks:
-        return gather
+        return held(gather, data, indices, own_indices)
     if on_host:
         check = _check.host_checker(plan)
 
@@ -97,7 +99,7 @@ def eager_runner(call: Call, indices):
             out = gather(data, indices)
             check(indices)
             return out
-        return host_checked
+        return held(host_checked, data, indices, own_indices)
 
     def device_checked(data, indices):
         bad, out = gather(data, indices)
@@ -112,7 +114,46 @@ def eager_runner(call: Call, indices):
             raise AssertionError(f"{plan.op}: the device flagged an index the host check "
                                  "passed")
         return out
-    return device_checked
+    # The flag's read waits for the program, which has then read NumPy data.
+    return held(device_checked, data, indices, own_indices, waits=True)
+
+
+#: NumPy data of up to this many bytes is copied before an eager call; larger data is
+#: read in place while the call waits for its program (``held``).
+COPY_MAX = 1 << 20
+
+
+def held(runner, data, indices, own_indices: bool = False, *, waits: bool = False):
+    """``runner``, made to read no memory of the caller's after it returns.
+
+    JAX reads a NumPy argument in place where it can (on a CPU, without a copy), and an
+    eager call returns before its program has run: a caller who then refills the array
+    (a data loader's batch buffer) would change what the program reads, unchecked. So:
+
+    * NumPy indices are copied before the call, and the program reads the copy, which
+      no caller holds. The gather reads every index at least once, so the copy costs at
+      most what the gather's own read of them does, and the call stays asynchronous.
+    * NumPy data of up to ``COPY_MAX`` bytes is copied too. Larger data is read in
+      place, and the call waits until its program has run (``waits``: the runner waits
+      already): a gather may read a few rows of a large table, where a copy of the
+      table would cost more than the gather.
+
+    DLPack tensors on the host reach here as NumPy views of their memory. The choice is
+    fixed per signature, since the shapes and kinds of the inputs are.
+    """
+    copy_indices = isinstance(indices, np.ndarray) and not own_indices
+    copy_data = isinstance(data, np.ndarray) and data.nbytes <= COPY_MAX
+    wait = isinstance(data, np.ndarray) and not copy_data and not waits
+    if not (copy_data or copy_indices or wait):
+        return runner
+
+    def owned(data, indices):
+        out = runner(np.array(data) if copy_data else data,
+                     np.array(indices) if copy_indices else indices)
+        if wait and not isinstance(out, jax.core.Tracer):
+            out.block_until_ready()
+        return out
+    return owned
 
 
 def check_now_or_later(plan: Plan, mode: str, indices) -> str:

@@ -100,6 +100,14 @@ def _from_array_object(op: str, name: str, x):
     detach = getattr(x, "detach", None)
     if getattr(x, "requires_grad", False) and callable(detach):
         x = detach()  # the values only: xgather's gradient is JAX's
+    if getattr(x, "is_meta", False):
+        fail(op, f"{name} is a {what} on the meta device, which has a shape and no values",
+             f"shape {tuple(getattr(x, 'shape', ()))}", kind=XGatherTypeError)
+    # torch's lazy negation and conjugation are bits that DLPack does not carry: resolved
+    # here (a copy where a bit is set, else the tensor itself), so the values are read
+    for resolve in ("resolve_neg", "resolve_conj"):
+        if callable(getattr(x, resolve, None)):
+            x = getattr(x, resolve)()
     device = getattr(x, "__dlpack_device__", None)
     on_cpu = not callable(device) or int(device()[0]) == 1  # DLPack's kDLCPU
     errors = (TypeError, BufferError, RuntimeError, ValueError)
@@ -169,8 +177,11 @@ def shape_of(x, op: str = "xgather", name: str = "input") -> tuple[int, ...]:
                  kind=XGatherTypeError)
     # jax.export's symbolic dims ("B") stay as they are: the plan says where a number is
     # needed (the sizes of the axes the indices address, the length of index tuples)
-    return tuple(int(n) if isinstance(n, int | np.integer) else _symbolic(op, name, shape, n)
+    dims = tuple(int(n) if isinstance(n, int | np.integer) else _symbolic(op, name, shape, n)
                  for n in shape)
+    if any(isinstance(n, int) and n < 0 for n in dims):  # an impostor's, or a struct's
+        fail(op, f"every dim of {name} must be >= 0", f"{name}.shape={dims}")
+    return dims
 
 
 def _symbolic(op: str, name: str, shape, n):

@@ -135,11 +135,35 @@ def check_array(op: str, name: str, x) -> None:
     would read as rank-0 arrays and fail later with a misleading rank error.
     """
     if hasattr(x, "shape") and hasattr(x, "dtype"):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            fail(op, f"{name} is an array of typed PRNG keys, which no gather spec defines; "
+                 f"gather their raw bits (jax.random.key_data({name}) along the same axes, "
+                 "then jax.random.wrap_key_data)", str(x.dtype), kind=XGatherTypeError)
         return
     if isinstance(x, _ARRAY_LIKE):
         return
     fail(op, f"{name} must be an array (or a nested list or scalar of numbers)",
-         f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins."))
+         _type_name(x))
+
+
+def _type_name(x) -> str:
+    return f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins.")
+
+
+#: What a call takes as values (beside objects with ``__array__``, ``__dlpack__`` or
+#: ``__jax_array__``): arrays, tracers, lists and scalars.
+_VALUES = (jax.Array, jax.core.Tracer, np.ndarray) + _ARRAY_LIKE
+
+
+def check_values(op: str, name: str, x, sh) -> None:
+    """``x`` holds values: an object with ``.shape`` and ``.dtype`` alone (such as
+    ``jax.ShapeDtypeStruct``, which ``explain`` takes) is no input to a call."""
+    if isinstance(x, _VALUES) or any(hasattr(x, a) for a in
+                                     ("__array__", "__dlpack__", "__jax_array__")):
+        return
+    fail(op, f"{name} is not an array: it has .shape and .dtype but no values (no "
+         "__array__, __dlpack__ or __jax_array__); xgather.explain takes such objects, a "
+         "call needs arrays", _type_name(x), sh, kind=XGatherTypeError)
 
 
 def shapes(data, indices, op: str | None = None) -> dict[str, tuple[int, ...]]:
@@ -206,6 +230,8 @@ def resolve_call(plan, data, indices, allowed, mode, fill_value, *, spec_default
     """
     check_addressable(plan)
     sh = shapes(data, indices)
+    check_values(plan.op, "data", data, sh)
+    check_values(plan.op, "indices", indices, sh)
     mode, fill_value, _ = mode_and_fill(plan, data, mode, fill_value, spec_default, sh)
     check = functools.partial(_check.host_check, plan) if mode == "error" else None
     indices = _dtypes.index_array(plan.op, indices, allowed, sh, check)
@@ -266,18 +292,34 @@ def _run_and_cache(key, call: Call, data, indices, given_indices, check):
         return _host_run(call, data, indices)
     checked = _dtypes.check_data(plan.op, data, plan.shapes)
     if key is not None and not _patches.foreign():
-        gather = runner = _apply.eager_runner(call, indices)
         # NumPy indices: the signature fixes their dtype (checked above) and the x64 flag,
-        # so a call converts them only where they are saturated (64-bit ones, x64 off).
+        # so a call converts them only where they are saturated (64-bit ones, x64 off), into
+        # an array of its own, which the runner then need not copy (``_apply.held``).
         convert = (_dtypes.int32_conversion(given_indices.dtype)
                    if isinstance(given_indices, np.ndarray) else None)
-        if convert is not None:
+        if convert is None:
+            runner = _apply.eager_runner(call, data, indices)
+        elif check is not None:
+            # "error": one pass over the indices as given checks them; in range, they fit
+            # the 32-bit type, and are converted without a pass to ask
+            narrow = indices.dtype
+            checks = _check.host_checker(plan)
+            unchecked = _apply.eager_runner(call._replace(mode="promise_in_bounds"), data,
+                                            indices, own_indices=True)
+
             def runner(data, indices):
-                return gather(data, convert(indices, check))
+                checks(indices)
+                return unchecked(data, indices.astype(narrow))
+        else:
+            converted = _apply.eager_runner(call, data, indices, own_indices=True)
+
+            def runner(data, indices):
+                return converted(data, convert(indices))
         if len(RUNNERS) >= RUNNERS_MAX:  # a program's runners, not every shape ever seen
             RUNNERS.clear()
         RUNNERS[key] = runner
-        return gather(data, indices)  # as later calls pass data; the indices converted already
+        # as later calls run: data as given, and indices as given where the runner converts
+        return runner(data, indices if convert is None else given_indices)
     return _apply.run(plan, checked, indices, call.mode, call.fill_value,
                       indices_are_sorted=call.indices_are_sorted,
                       unique_indices=call.unique_indices, grad=call.grad,
@@ -356,7 +398,9 @@ def op(planner: Callable[..., Plan], index_dtypes: tuple, *, spec_default: str =
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            if len(args) < 2 or not (_plain(args[0]) and _plain(args[1])) or kwargs:
+            # Only data and indices are inputs to convert: options such as axis= are not
+            if len(args) < 2 or not (_plain(args[0]) and _plain(args[1])) or (
+                    kwargs and (data_name in kwargs or indices_name in kwargs)):
                 args, kwargs = _inputs(where, args, kwargs)
             key = None if run is not None else signature(wrapper, args, kwargs)
             if key is not None:

@@ -1,0 +1,126 @@
+"""An eager call reads no memory of the caller's after it returns: a data loader that
+refills one NumPy buffer (or torch tensor) between calls gets, from every call, the
+gather of what it passed. The reference is NumPy's own indexing of a copy of each batch.
+
+The race these tests catch needs a program that is still running when the caller
+refills its buffer: large enough gathers, and many batches (before the copy or wait was
+made, most batches of every mode came back partly from the next batch)."""
+
+import jax
+import numpy as np
+import pytest
+
+import xgather
+from xgather import _apply
+
+MODES = [None, "clip", "fill", "promise_in_bounds"]
+BATCHES = 12
+N = 400_000  # indices per batch
+
+
+def _batches(rng, rows):
+    # in range, negative ones too (they count from the end in every mode)
+    return [rng.integers(-rows, rows, N).astype(np.int32) for _ in range(BATCHES)]
+
+
+def _kw(mode):
+    return {} if mode is None else {"mode": mode}
+
+
+def _refill_indices(table, batches, mode, buf, fill):
+    outs = []
+    for b in batches:
+        fill(buf, b)
+        outs.append(xgather.onnx.gather(table, buf, axis=0, **_kw(mode)))
+    return [np.asarray(o) for o in outs]
+
+
+def _refill_data(tables, idx, mode, buf, fill):
+    outs = []
+    for t in tables:
+        fill(buf, t)
+        outs.append(xgather.onnx.gather(buf, idx, axis=0, **_kw(mode)))
+    return [np.asarray(o) for o in outs]
+
+
+def _numpy_fill(buf, values):
+    buf[:] = values
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("table_on", ["numpy", "device"])
+def test_a_refilled_numpy_index_buffer(mode, table_on):
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((1000, 4)).astype(np.float32)
+    batches = _batches(rng, 1000)
+    given = table if table_on == "numpy" else jax.device_put(table)
+    outs = _refill_indices(given, batches, mode, np.empty(N, np.int32), _numpy_fill)
+    wrong = [k for k, (o, b) in enumerate(zip(outs, batches, strict=True))
+             if not np.array_equal(o, table[b])]
+    assert not wrong, f"batches {wrong} of {BATCHES} read the buffer after the call returned"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("rows", [2000, 80_000], ids=["copied", "read-in-place"])
+def test_a_refilled_numpy_data_buffer(mode, rows):
+    """Small data is copied; data over ``COPY_MAX`` bytes is read in place, and the call
+    waits for its program."""
+    assert (rows * 4 * 4 > _apply.COPY_MAX) == (rows == 80_000)
+    rng = np.random.default_rng(1)
+    tables = [rng.standard_normal((rows, 4)).astype(np.float32) for _ in range(6)]
+    idx = jax.device_put(rng.integers(-rows, rows, N).astype(np.int32))
+    host_idx = np.asarray(idx)
+    outs = _refill_data(tables, idx, mode, np.empty((rows, 4), np.float32), _numpy_fill)
+    wrong = [k for k, (o, t) in enumerate(zip(outs, tables, strict=True))
+             if not np.array_equal(o, t[host_idx])]
+    assert not wrong, f"tables {wrong} were read after the call returned"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_refilled_64_bit_index_buffer(mode):
+    """64-bit NumPy indices (converted to 32 bits with x64 off) are exact too."""
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((1000, 4)).astype(np.float32)
+    batches = [b.astype(np.int64) for b in _batches(rng, 1000)]
+    outs = _refill_indices(table, batches, mode, np.empty(N, np.int64), _numpy_fill)
+    assert all(np.array_equal(o, table[b]) for o, b in zip(outs, batches, strict=True))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_refilled_torch_tensors(mode):
+    torch = pytest.importorskip("torch", reason="torch is installed on CI's oldest leg only")
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((1000, 4)).astype(np.float32)
+    batches = _batches(rng, 1000)
+
+    def fill(buf, values):
+        buf.copy_(torch.from_numpy(values))
+    outs = _refill_indices(torch.from_numpy(table.copy()), batches, mode,
+                           torch.empty(N, dtype=torch.int32), fill)
+    assert all(np.array_equal(o, table[b]) for o, b in zip(outs, batches, strict=True))
+    tables = [rng.standard_normal((2000, 4)).astype(np.float32) for _ in range(6)]
+    idx = rng.integers(-2000, 2000, N).astype(np.int32)
+    outs = _refill_data(tables, torch.from_numpy(idx), mode,
+                        torch.empty((2000, 4), dtype=torch.float32), fill)
+    assert all(np.array_equal(o, t[idx]) for o, t in zip(outs, tables, strict=True))
+
+
+def test_every_op_reads_its_indices_before_returning():
+    """Each op, eager and cached, with the indices changed at once after the call."""
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((300, 300)).astype(np.float32)
+    cases = {
+        xgather.onnx.gather: (rng.integers(0, 300, N // 4), (0,)),
+        xgather.onnx.gather_elements: (rng.integers(0, 300, (N // 300, 300)), (0,)),
+        xgather.onnx.gather_nd: (rng.integers(0, 300, (N // 4, 2)), ()),
+        xgather.openvino.gather: (rng.integers(0, 300, N // 4), (0,)),
+        xgather.bnns.gather_nd: (rng.integers(0, 300, (N // 4, 2)), ()),
+        xgather.labview.gather: (rng.integers(0, 300, N // 4), (0,)),
+    }
+    for op, (idx, attrs) in cases.items():
+        want = np.asarray(op(data, idx.astype(np.int32).copy(), *attrs))
+        for _ in range(3):  # the first call, then the cached path
+            buf = idx.astype(np.int32)
+            out = op(data, buf, *attrs)
+            buf[:] = 0
+            np.testing.assert_array_equal(np.asarray(out), want, err_msg=op.__name__)
