@@ -101,9 +101,11 @@ def eager_runner(call: Call, data, indices, *, own_indices: bool = False):
             return out
         return held(host_checked, data, indices, own_indices)
 
+    tracer = jax.core.Tracer
+
     def device_checked(data, indices):
         bad, out = gather(data, indices)
-        if isinstance(bad, jax.core.Tracer):
+        if isinstance(bad, tracer):
             # Arrays known now, inside a trace (constants that a function under jax.jit,
             # lax.scan or xgather.checked closes over; jax.disable_jit under checkify): the
             # program went into that trace, and the indices are checked on the host now.

@@ -77,19 +77,21 @@ def signature(op, args: tuple, kwargs: dict):
         return None
     # The attributes' types too: 1, 1.0 and True are equal keys but not equal arguments.
     attrs = args[2:]
+    types = tuple(map(type, attrs)) if attrs else ()
     if kwargs:
-        fill = kwargs.get("fill_value")
-        if isinstance(fill, _INEXACT) and _dtypes.signed_zero_or_nan(fill):
-            # -0.0 == 0.0 as a key (the uncached path fills the sign given); NaN != NaN,
-            # so each call would add a key of its own
-            return None
-        if isinstance(kwargs.get("out_sharding"), PartitionSpec):
-            return None  # its mesh is the context's, which the key does not hold
-        return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()),
-                tuple(map(type, attrs)), tuple(map(type, kwargs.values())),
-                _modes.current_default(), _dtypes.x64(), _lower.override())
-    return (op, spec_data, spec_indices, attrs, tuple(map(type, attrs)),
-            _modes.current_default(), _dtypes.x64(), _lower.override())
+        if "fill_value" in kwargs or "out_sharding" in kwargs:  # (an `in` costs less)
+            fill = kwargs.get("fill_value")
+            if isinstance(fill, _INEXACT) and _dtypes.signed_zero_or_nan(fill):
+                # -0.0 == 0.0 as a key (the uncached path fills the sign given); NaN != NaN,
+                # so each call would add a key of its own
+                return None
+            if isinstance(kwargs.get("out_sharding"), PartitionSpec):
+                return None  # its mesh is the context's, which the key does not hold
+        return (op, spec_data, spec_indices, attrs, tuple(kwargs.items()), types,
+                tuple(map(type, kwargs.values())), _modes.current_default(), _dtypes.x64(),
+                _lower.override())
+    return (op, spec_data, spec_indices, attrs, types, _modes.current_default(),
+            _dtypes.x64(), _lower.override())
 
 
 def _plain(x) -> bool:
