@@ -11,6 +11,7 @@ Usage::
     xgather-bench eager [--repeats 25] [--calls 200] [--json eager.json]
     xgather-bench crowding [--repeats 40] [--peers onnxruntime,openvino] [--json c.json]
     xgather-bench check [--workloads W1,M1] [--device gpu] [--quick] [--json check.json]
+    xgather-bench readers [--workloads W1,M1] [--device gpu] [--quick] [--json readers.json]
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def run(args) -> dict:
                          else default_size(device.platform))
     for name, ok in peers.items():
         if not ok:
-            print(f"skipping {name}: not installed (pip install 'xgather[bench]')",
+            print(f"skipping {name}: not installed (pip install -e '.[bench]' in the clone)",
                   file=sys.stderr)
     gpu_ok = {}
     if gpu:
@@ -194,6 +195,10 @@ def run(args) -> dict:
         if chosen is None:
             print("host peers (numpy, onnxruntime, openvino, torch on the CPU) run on a GPU "
                   "only where --systems names them", file=sys.stderr)
+    else:
+        for name in sorted(set(chosen or ()) & set(systems.GPU_PEERS)):
+            print(f"skipping {name}: JAX runs on {device.platform}, and the GPU peers run "
+                  "only beside a GPU", file=sys.stderr)
     keys = args.workloads.split(",") if args.workloads else default_keys(device.platform)
     unknown = [k for k in keys if k not in WORKLOADS]
     if unknown:
@@ -238,7 +243,7 @@ def run(args) -> dict:
         # Each JAX system runs once at other shapes first, so that what a process pays
         # once (imports, first traces of a code path) is not charged to whichever
         # system's first call comes first: first calls then compare per-shape costs.
-        warm_chosen = {"xgather", "lax"} & (chosen or {"xgather", "lax"})
+        warm_chosen = {n for n in (chosen or {"xgather", "lax"}) if systems.library(n) == "jax"}
         for fn in systems.build(w, *w.warmup_arrays(size), device, {}, warm_chosen).values():
             fn()
         prefix = f"[{n}/{len(keys)}] {key} {w.title}: "  # of every progress line
@@ -279,6 +284,16 @@ def run(args) -> dict:
                 k: [s / PIPELINE for s in v] for k, v in stats.timed_rounds(
                     piped, piped_reps, **rounds,
                     on_round=rounds_note("pipelined check-cost round")).items()}
+        wrap_piped = {}
+        wrapped = [k for k in fns if hasattr(fns[k], "lowering")]
+        if wrapped:
+            # The wraps pipelined too (PIPELINE calls, one wait), beside promise where it
+            # runs: a branch whose predicate the host reads makes it wait mid-program.
+            names = ([rec.PROMISE] if rec.PROMISE in fns else []) + wrapped
+            wrap_piped = {k: [s / PIPELINE for s in v] for k, v in stats.timed_rounds(
+                {k: (lambda f=fns[k]: f.pipelined(PIPELINE)) for k in names},
+                {k: max(1, reps[k] // PIPELINE) for k in names}, **rounds,
+                on_round=rounds_note("pipelined wrap round")).items()}
         medians = {k: stats.median(v) for k, v in samples.items()}
         best = stats.ratios_to_best(medians)
         for name in fns:
@@ -296,6 +311,11 @@ def run(args) -> dict:
                             "first_call_s": first[name],
                             "first_call_samples_s": first_samples[name], "reps": reps[name],
                             "allocator": args.allocator,
+                            # what the program holds, where the system says (the wraps')
+                            **({"lowering": fns[name].lowering}
+                               if hasattr(fns[name], "lowering") else {}),
+                            **({"wrap_pipelined_samples_s": wrap_piped[name]}
+                               if name in wrap_piped else {}),
                             **({"check_samples_s": check_samples[name],
                                 "pipelined_samples_s": pipelined_samples[name]}
                                if name in check_samples else {})})
@@ -528,6 +548,38 @@ def main(argv=None) -> int:
                          lambda msg: print(msg, file=sys.stderr))
         return _report(check, {"cpu_dispatch": _cpu_dispatch(),
                                "allocator": alloc.allocator_settings(), **run_}, a.json)
+    if argv[:1] == ["readers"]:
+        from . import readers
+        p = argparse.ArgumentParser(
+            prog="xgather-bench readers", description="how xgather.checked reads an "
+            "accelerator's flags: per-flag reads (READ_GROUP 1), groups of 8, and promise "
+            "(no check), pipelined, and a call's host time")
+        p.add_argument("--workloads", help="comma-separated keys (default: "
+                       f"{','.join(readers.DEFAULT_KEYS)})")
+        p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
+        p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+        p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
+        p.add_argument("--json", help="write the run as a JSON record")
+        a = p.parse_args(argv[1:])
+        _check_json_folder(p, a.json)
+        keys = a.workloads.split(",") if a.workloads else None
+        unknown = sorted(set(keys or ()) - set(WORKLOADS))
+        if unknown:
+            p.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+        from . import _alloc as alloc
+        if _expected_platform(a.device) == "cpu" and not alloc._backends_started():
+            alloc.keep_large_allocations()  # before JAX starts, as in the main job
+        import jax
+        try:
+            device = jax.devices(a.device)[0] if a.device else jax.devices()[0]
+        except RuntimeError as e:
+            raise SystemExit(f"xgather-bench: no {a.device} device for JAX: {e}") from None
+        timing = dict(QUICK if a.quick else TIMING)
+        if a.repeats:
+            timing.update(least=a.repeats, most=a.repeats)
+        run_ = readers.run(keys, "quick" if a.quick else None, device, timing,
+                           lambda msg: print(msg, file=sys.stderr))
+        return _report(readers, {"allocator": alloc.allocator_settings(), **run_}, a.json)
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")
@@ -551,7 +603,8 @@ def main(argv=None) -> int:
                    "W9r, W9u, W9r-bf16, W9u-bf16)")
     p.add_argument("--systems", help="comma-separated: xgather, lax, numpy, onnxruntime, "
                    "openvino, torch; on a GPU torch-cuda, cupy (default: all installed, "
-                   "on a GPU those on the GPU)")
+                   "on a GPU those on the GPU); where named: xgather[promise] alone, "
+                   "xgather[linear], xgather[branched-wrap], xgather[fused-wrap]")
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
     p.add_argument("--repeats", type=_rounds, default=None,
                    help="rounds (samples per system), 2 or more (default: as many as fit "

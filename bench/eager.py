@@ -63,6 +63,15 @@ def inputs(seed: int = 0):
     return data, idx, want
 
 
+def _timed(op, data, indices, kw):
+    """``op(data, indices, **kw)``, waited for: one timed call."""
+    import jax
+
+    def fn():
+        return jax.block_until_ready(op(data, indices, **kw))
+    return fn
+
+
 def run(repeats: int = 25, calls: int = 200) -> dict:
     """The eager calls' record: per op, mode and kind of indices, samples (seconds per
     call) and the paired ratio to :data:`BASELINE` on the same kind of indices.
@@ -85,9 +94,7 @@ def run(repeats: int = 25, calls: int = 200) -> dict:
         for name, (op, kind, attrs) in ops().items():
             for mode in LIMITS:
                 kw = {"mode": "promise_in_bounds"} if mode == "promise_in_bounds" else {}
-
-                def fn(op=op, i=i[kind], kw={**attrs, **kw}):
-                    return jax.block_until_ready(op(d, i, **kw))
+                fn = _timed(op, d, i[kind], {**attrs, **kw})
                 # the first call traces and compiles; the result is checked before timing
                 np.testing.assert_array_equal(np.asarray(fn()), want[kind],
                                               err_msg=f"{name} {mode} {where}")

@@ -186,6 +186,21 @@ def table(record: dict) -> str:
                          f"{c.get('context', 'op alone')}")
         lines.append("blocked: each call waits for its result; pipelined: 10 calls, then one "
                      "wait, as a training loop runs")
+    piped = [r for r in record["results"] if "wrap_pipelined_samples_s" in r]
+    if piped:
+        lines += ["", "the negative wrap: where each program wraps, and a call's time blocked "
+                  "and pipelined (10 calls, then one wait)",
+                  f"{'workload':<34} {'system':<{sw}} {'blocked ms':>10} {'pipelined ms':>12}  "
+                  "wrap"]
+        last = None
+        for r in piped:
+            name = f"{r['workload']} {r['title']}" if r["workload"] != last else ""
+            last = r["workload"]
+            low = r.get("lowering")
+            how = (f"{low['wrap_pass']}{' (a branch)' if low['branch'] else ''}, "
+                   f"{low['indices']} indices" if low else "none (negative_indices=False)")
+            lines.append(f"{name:<34} {r['system']:<{sw}} {r['median_s'] * 1e3:10.3f} "
+                         f"{stats.median(r['wrap_pipelined_samples_s']) * 1e3:12.3f}  {how}")
     return "\n".join(lines)
 
 

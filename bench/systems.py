@@ -92,6 +92,34 @@ def linear_applies(w, data, idx) -> bool:
         return xgather.explain(op, data, idx, *attrs, **options).lowering == "linear"
 
 
+def wrap_program(w, d, i, wrap: str, extra=()) -> dict:
+    """What the program of ``xgather[branched-wrap]`` / ``xgather[fused-wrap]`` holds: the
+    op in ``"promise_in_bounds"`` with negative indices on, traced under
+    ``xgather.lowering(wrap=wrap)`` (``"by_size"``: the branch; ``"fused"``).
+
+    Returns ``{"wrap", "wrap_pass", "branch"}``: the plan's choice and where it wraps
+    (``xgather.explain`` inside the block), and whether the lowered program holds a
+    conditional (``stablehlo.case``). Raises ``RuntimeError`` where the program is not
+    what ``wrap`` asks at these shapes: a branch exactly where the plan's ``wrap_pass`` is
+    not ``"fused"``, none with ``wrap="fused"``.
+    """
+    import jax
+
+    import xgather
+    op, attrs, options = xgather_op(w)
+    with xgather.lowering(wrap=wrap):
+        plan = xgather.explain(op, d, i, *attrs, mode="promise_in_bounds", **options)
+    text = jax.jit(_lowered_fn(w, "promise_in_bounds", {"wrap": wrap})).lower(
+        d, i, *extra).as_text()
+    branch = "stablehlo.case" in text
+    if (plan.wrap != wrap or not plan.negative or branch != (plan.wrap_pass != "fused")
+            or (wrap == "fused" and branch)):
+        raise RuntimeError(f"{w.key}: xgather.lowering(wrap={wrap!r}) traced a plan with wrap="
+                           f"{plan.wrap!r}, wrap_pass={plan.wrap_pass!r}, negative="
+                           f"{plan.negative} and {'a' if branch else 'no'} conditional")
+    return {"wrap": wrap, "wrap_pass": plan.wrap_pass, "branch": branch}
+
+
 def checks(w, mode) -> bool:
     """Whether xgather's op in ``mode`` (None: the spec's rule) checks its indices at run
     time, and so runs under ``xgather.checked``: ``"error"``, ONNX's default; OpenVINO's
@@ -99,30 +127,38 @@ def checks(w, mode) -> bool:
     return (mode or "error") == "error" and w.op != "openvino.gather7"
 
 
-def xgather_runner(w, d, i, mode=None, extra=(), element_gather=None, **kw) -> Runner:
+def _lowered_fn(w, mode, lowering=None, **kw):
+    """:func:`_xgather_fn`, traced inside ``xgather.lowering(**lowering)`` where given: the
+    block is entered by the trace itself, so every trace takes it (also the one after
+    ``jax.clear_caches()``, which the first-call timings run), and a call that reuses a
+    trace pays nothing for it."""
+    fn = _xgather_fn(w, mode, **kw)
+    if not lowering:
+        return fn
+    import xgather
+
+    def traced(*args):
+        with xgather.lowering(**lowering):
+            return fn(*args)
+    return traced
+
+
+def xgather_runner(w, d, i, mode=None, extra=(), element_gather=None, wrap=None,
+                   **kw) -> Runner:
     """The op in ``mode`` (None: the spec's rule, ``"error"``/``"fill"``), jitted.
 
     ``d``, ``i``: device arrays from :func:`jax_inputs`; ``extra``: a model step's
-    weights, on the same device. ``element_gather``: the element gathers' lowering
-    (:func:`xgather.lowering`), set around the first call, which traces the program that
-    every later call runs.
+    weights, on the same device. ``element_gather``, ``wrap``: the element gathers'
+    lowering and where negative indices are wrapped (:func:`xgather.lowering`), set in
+    every trace of the program (:func:`_lowered_fn`).
     """
     import jax
 
     import xgather
-    f = jax.jit(_xgather_fn(w, mode, **kw))
+    lowering = {k: v for k, v in (("element_gather", element_gather), ("wrap", wrap)) if v}
+    f = jax.jit(_lowered_fn(w, mode, lowering, **kw))
     if checks(w, mode):
         f = xgather.checked(f)
-    if element_gather is not None:
-        g, traced = f, []
-
-        def f(*args):
-            if traced:
-                return g(*args)
-            with xgather.lowering(element_gather=element_gather):
-                out = g(*args)
-            traced.append(True)
-            return out
 
     def run():
         return jax.block_until_ready(f(d, i, *extra))
@@ -356,9 +392,22 @@ def torch_step_fn(w, d, i, wt):
 GPU_PEERS = ("torch-cuda", "cupy")
 #: What ``--systems`` takes: ``xgather`` brings both of its modes, a peer each of its
 #: thread counts (and torch-cuda its embedding form).
+#: promise alone (``negative_indices=False``: no wrap in the program), where named.
+PROMISE = "xgather[promise]"
 #: promise with the element gathers' linear lowering, beside promise: on a GPU, or where named.
 LINEAR = "xgather[linear]"
-NAMES = ("xgather", LINEAR, "lax", "numpy", "onnxruntime", "openvino", "torch", *GPU_PEERS)
+#: promise with negative indices on, where named: the wrap in a branch taken only when some
+#: index is negative (``xgather.lowering(wrap="by_size")``, XLA:CPU's choice) or inside the
+#: gather (``wrap="fused"``, the accelerators'). Each runs twice: on the workload's own
+#: indices (all in [0, s-1]: the branch is skipped) and, as ``NAME neg``, on the same indices
+#: with half of them written as ``i - s`` (:meth:`Workload.with_negatives`: the branch
+#: taken, the same values gathered).
+BRANCHED_WRAP = "xgather[branched-wrap]"
+FUSED_WRAP = "xgather[fused-wrap]"
+WRAP_SYSTEMS = {BRANCHED_WRAP: "by_size", FUSED_WRAP: "fused"}
+NEG = " neg"
+NAMES = ("xgather", PROMISE, LINEAR, BRANCHED_WRAP, FUSED_WRAP, "lax", "numpy", "onnxruntime",
+         "openvino", "torch", *GPU_PEERS)
 
 
 def library(name: str) -> str:
@@ -484,7 +533,9 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
         return want(name) and not (on_gpu and (systems is None or name not in systems))
 
     named_linear = systems is not None and LINEAR in systems
-    if want("xgather") or want("lax") or named_linear:
+    named_promise = systems is not None and PROMISE in systems
+    wraps = [n for n in WRAP_SYSTEMS if systems is not None and n in systems]
+    if want("xgather") or want("lax") or named_linear or named_promise or wraps:
         import jax
         d, i = jax_inputs(data, idx, device)
         # a model step's weights, beside the data on the device
@@ -492,14 +543,25 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
             jax.device_put(steps.weights(w, data, idx), device),)
     if want("xgather") or named_linear:
         out["xgather"] = xgather_runner(w, d, i, extra=extra)
+    if want("xgather") or named_linear or named_promise:
         # indices known valid: in [0, s-1], as the hand-written lax.gather assumes
-        out["xgather[promise]"] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
-                                                 negative_indices=False)
-        if (on_gpu or named_linear) and linear_applies(w, data, idx):
-            # The element gathers' second lowering, one linear index into the flattened
-            # data (off by default until a GPU measurement shows it paying).
-            out[LINEAR] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
-                                         element_gather="linear", negative_indices=False)
+        out[PROMISE] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
+                                      negative_indices=False)
+    if (want("xgather") or named_linear) and (on_gpu or named_linear) and \
+            linear_applies(w, data, idx):
+        # The element gathers' second lowering, one linear index into the flattened
+        # data (off by default until a GPU measurement shows it paying).
+        out[LINEAR] = xgather_runner(w, d, i, "promise_in_bounds", extra=extra,
+                                     element_gather="linear", negative_indices=False)
+    if wraps:
+        negative = jax.device_put(w.with_negatives(data.shape, idx), device)
+    for name in wraps:
+        wrap = WRAP_SYSTEMS[name]
+        for suffix, ii in (("", i), (NEG, negative)):
+            r = xgather_runner(w, d, ii, "promise_in_bounds", extra=extra, wrap=wrap)
+            r.lowering = {**wrap_program(w, d, ii, wrap, extra),
+                          "indices": "half negative" if suffix else "the workload's"}
+            out[name + suffix] = r
     if want("lax"):
         out["lax"] = lax_runner(w, d, i, extra)
     if want_host("numpy") and (r := numpy_runner(w, data, idx)) is not None:

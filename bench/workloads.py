@@ -70,6 +70,19 @@ class Workload:
             idx = rng.integers(0, dshape[self.axis], ishape)
         return data, idx.astype(np.int64)
 
+    def with_negatives(self, data_shape: tuple, idx: np.ndarray, seed: int = 1) -> np.ndarray:
+        """``idx`` with a random half of its indices written as ``i - s`` (``s``: the size of
+        the axis each addresses): legal negative indices, which count from the end, so the
+        same values are gathered; a program that wraps them only when some index is
+        negative takes that branch."""
+        rng = np.random.default_rng(seed)
+        flip = rng.random(idx.shape[:-1] if self.op == "onnx.gather_nd" else idx.shape) < 0.5
+        if self.op == "onnx.gather_nd":
+            b = self.batch_dims
+            sizes = np.asarray(data_shape[b:b + idx.shape[-1]], idx.dtype)
+            return np.where(flip[..., None], idx - sizes, idx)
+        return np.where(flip, idx - data_shape[self.axis % len(data_shape)], idx)
+
     def warmup_arrays(self, size: str):
         """Arrays at the ``tiny`` shapes, or one row more where those are ``size``'s shapes."""
         data, idx = self.arrays("tiny")

@@ -439,8 +439,10 @@ class _Group:
     def close(self) -> None:
         if self.heads is None:
             flags = [p.flag for p in self.calls]
-            # the same count every time: one program per layout of flags
-            heads = _heads(*flags, *flags[-1:] * (READ_GROUP - len(flags)))
+            # the same count every time: one program per layout of flags (READ_GROUP 1:
+            # the flag itself is copied, no program)
+            heads = flags[0] if READ_GROUP == len(flags) == 1 else \
+                _heads(*flags, *flags[-1:] * (READ_GROUP - len(flags)))
             heads.copy_to_host_async()
             self.heads = heads
 
@@ -475,11 +477,17 @@ class _Calls:
         if isinstance(last, _Group) and last.heads is None:  # an open group
             if sharding is not None and sharding == last.sharding:
                 last.calls.append(pending)
-                if len(last.calls) == READ_GROUP:
+                if len(last.calls) >= READ_GROUP:
                     last.close()
                 return
             last.close()
-        groups.append(pending if sharding is None else _Group(pending, sharding))
+        if sharding is None:
+            groups.append(pending)
+            return
+        group = _Group(pending, sharding)
+        groups.append(group)
+        if READ_GROUP <= 1:  # a group of one is full at once: its copy starts now
+            group.close()
 
     def clear(self) -> None:
         self.groups.clear()
