@@ -4,6 +4,7 @@ keeps its first screen and its size, and the docs name every public name."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import jax
@@ -131,11 +132,145 @@ def test_every_link_to_a_section_finds_it():
     assert not missing, missing
 
 
-def test_no_code_line_is_wider_than_the_code_box():
-    """Python lines of 88 characters at most: a wider one scrolls, and hides its comment."""
-    wide = [(source, line) for source, _, code in EXAMPLES for line in code.splitlines()
-            if len(line) > 88]
-    assert not wide, wide
+#: The widest line a code block may hold: a wider one scrolls, and hides its end.
+CODE_WIDTH = 79
+
+
+def _code_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line inside a fenced code block (``` or ~~~, any
+    language, indented in a list too); the fences themselves are not counted."""
+    lines, fence = [], None
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip()
+        if fence is None:
+            opening = re.match(r"`{3,}|~{3,}", stripped)
+            fence = opening.group(0) if opening else None
+        elif stripped.startswith(fence) and not stripped.strip(fence[0]).strip():
+            fence = None
+        else:
+            lines.append((n, line))
+    return lines
+
+
+def _wide_code_lines(source: str, text: str) -> list[str]:
+    return [f"{source}:{n} ({len(line)} characters)" for n, line in _code_lines(text)
+            if len(line) > CODE_WIDTH]
+
+
+def test_code_lines_are_found_as_the_width_test_counts_them():
+    long = "x" * (CODE_WIDTH + 1)
+    text = f"{long}\n\n```bash\n{long}\nok\n```\n{long}\n\n- item\n\n  ```python\n  {long}\n  ```\n"
+    assert _code_lines(text) == [(4, long), (5, "ok"), (12, f"  {long}")]
+    assert _wide_code_lines("p.md", text) == [f"p.md:4 ({CODE_WIDTH + 1} characters)",
+                                              f"p.md:12 ({CODE_WIDTH + 3} characters)"]
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_no_code_line_is_wider_than_79_characters(source):
+    """Every line of every code block (Python, shell, text) fits a screen of 79
+    characters: split a command with ``\\``, Python inside parentheses."""
+    wide = _wide_code_lines(source, SOURCES[source])
+    assert not wide, f"code lines over {CODE_WIDTH} characters: " + ", ".join(wide)
+
+
+#: The extras ``pyproject.toml`` defines (``pip install -e '.[name]'``).
+EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+             ["optional-dependencies"])
+#: ``pip install`` and what follows it: options, quoted or bare requirements and paths (a
+#: backtick, ``&&``, a parenthesis or a double quote ends it).
+_PIP_INSTALL = re.compile(r"\bpip install\b((?:\s+(?:'[^']*'|[\w.\-/\[\],<>=!~]+))*)")
+_PIP_TOKEN = re.compile(r"'[^']*'|[\w.\-/\[\],<>=!~]+")
+
+
+def _install_sources() -> dict[str, str]:
+    """Where a user reads an install line: the README, the docs, and the library's own
+    messages and docstrings."""
+    code = {str(path.relative_to(ROOT)): path.read_text()
+            for folder in ("xgather", "xgather/onnx")
+            for path in sorted((ROOT / folder).glob("*.py"))}
+    return {**SOURCES, **code}
+
+
+def _install_lines(source: str, text: str) -> list[tuple[str, str, list[str]]]:
+    """(where, line, arguments) of every ``pip install`` in ``text``."""
+    return [(f"{source}:{n}", line, [tok.strip("'") for tok in
+                                     _PIP_TOKEN.findall(m.group(1))])
+            for n, line in enumerate(text.splitlines(), 1)
+            for m in _PIP_INSTALL.finditer(line)]
+
+
+def _install_problems(source: str, text: str) -> list[str]:
+    """What is wrong with the ``pip install`` lines of ``text``: xgather is installed
+    from its clone (``pip install -e '.[export]'``), with extras ``pyproject.toml``
+    defines, not from a package index (``pip install 'xgather[export]'``), except in
+    getting started's one sentence on publishing (a line with "Once published")."""
+    problems = []
+    for where, line, args in _install_lines(source, text):
+        editable = False
+        for arg in args:
+            if arg in ("-e", "--editable"):
+                editable = True
+                continue
+            if arg.startswith("-"):
+                continue
+            target, _, extras = arg.partition("[")
+            names = {e.strip() for e in extras.rstrip("]").split(",") if e.strip()}
+            name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", target)
+            if editable or target.startswith((".", "/")):
+                if not (ROOT / target).exists():
+                    problems.append(f"{where}: {arg!r} is no path in the clone")
+            elif name and re.sub(r"[-_.]+", "-", name.group(0).lower()) == "xgather":
+                if not (source == "docs/start.md" and "Once published" in line):
+                    problems.append(f"{where}: {arg!r} installs xgather from an index, "
+                                    "where it is not published: pip install -e '.[...]'")
+            else:
+                names = set()  # another package's extras
+            editable = False
+            unknown = sorted(names - EXTRAS)
+            if unknown:
+                problems.append(f"{where}: {arg!r} names extras pyproject.toml does not "
+                                f"define: {unknown} (it has {sorted(EXTRAS)})")
+    return problems
+
+
+def test_every_install_line_installs_from_the_clone():
+    """Every ``pip install`` of the README, the docs and the library's messages runs in
+    a clone: xgather is not on a package index, so ``pip install 'xgather[export]'``
+    fails; ``pip install -e '.[export]'`` with an extra that exists does not."""
+    sources = _install_sources()
+    found = [where for name, text in sources.items()
+             for where, _, _ in _install_lines(name, text)]
+    assert len(found) >= 10, found
+    problems = [p for name, text in sources.items() for p in _install_problems(name, text)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("source", "line"), [
+    ("docs/onnx.md", "`pip install 'xgather[export]'` (Python 3.11+), then"),
+    ("docs/onnx.md", "`pip install 'xgather[jaxonnxruntime]'`, then"),
+    ("README.md", "The ONNX export (`pip install 'xgather[export]'`) is tested"),
+    ("xgather/export.py",
+     "raise ImportError(\"xgather.export needs jax2onnx: pip install 'xgather[export]'\")"),
+    ("xgather/onnx/_models.py", "      \"pip install 'xgather[jaxonnxruntime]'\") from err"),
+    ("docs/start.md", "python3 -m pip install xgather"),
+    ("docs/onnx.md", "Once published on PyPI, `pip install 'xgather[export]'` will do the same."),
+    ("docs/start.md", "Once published on PyPI, `pip install 'xgather[exports]'` will do it."),
+    ("docs/start.md", "`.venv/bin/pip install -e '.[export,tests]'`"),
+    ("docs/start.md", "`pip install -e ./nowhere`"),
+])
+def test_the_install_check_refuses_an_install_from_an_index(source, line):
+    assert _install_problems(source, line), line
+
+
+def test_the_install_check_takes_the_clone_forms():
+    ok = ["`pip install -e .`", "`.venv/bin/pip install -e '.[export]' && xgather-bench`",
+          "`pip install -e '.[test,docs]'`", "`pip install 'jax[cuda13]'`",
+          "`pip install onnx-ir flax && pip install --no-deps jax2onnx`",
+          "f\"pip install 'jax2onnx==0.17.1' 'jax==0.12.0.1' \""]
+    for line in ok:
+        assert _install_problems("docs/onnx.md", line) == [], line
+    published = "Once published on PyPI, `pip install 'xgather[export]'` will do the same."
+    assert _install_problems("docs/start.md", published) == []
 
 
 def _api_names() -> set[str]:

@@ -1,4 +1,4 @@
-"""Export JAX functions built on xgather to ONNX with jax2onnx (extra ``xgather[export]``).
+"""Export JAX functions built on xgather to ONNX with jax2onnx (the ``export`` extra).
 
 [`register_jax2onnx`][xgather.export.register_jax2onnx] adds a plugin to jax2onnx; from then on
 ``jax2onnx.to_onnx`` exports every xgather op, and [`to_onnx`][xgather.export.to_onnx] does both.
@@ -368,8 +368,8 @@ _registered: dict[str, type] = {}
 
 def _export_lowering():
     """The lowering an export traces with, wherever it runs: one platform's choices (the
-    element gathers as XLA batching dimensions), so that the graph is the same on a CPU,
-    a GPU or a TPU machine."""
+    element gathers as XLA batching dimensions), so that the graph does not depend on
+    the machine that traces it."""
     return _lower.lowering(_lower.EXPORT_PLATFORM, element_gather="batching_dims")
 
 
@@ -380,7 +380,8 @@ def register_jax2onnx() -> None:
     built on any xgather op (see the module docstring for what each becomes).
 
     Raises:
-      ImportError: jax2onnx is not installed (``pip install 'xgather[export]'``).
+      ImportError: jax2onnx is not installed (``pip install -e '.[export]'`` in
+        xgather's clone).
       XGatherError: the installed jax and jax2onnx cannot work together.
     """
     if _registered:
@@ -390,7 +391,8 @@ def register_jax2onnx() -> None:
         from jax2onnx.plugins._patching import MonkeyPatchSpec
         from jax2onnx.plugins.plugin_system import PrimitiveLeafPlugin, register_primitive
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("xgather.export needs jax2onnx: pip install 'xgather[export]'") from err
+        raise ImportError("xgather.export needs jax2onnx: pip install -e '.[export]' "
+                          "(in xgather's clone)") from err
     if not _jaxprivate.alias_closed_jaxpr():
         _incompatible("jax has neither jax._src.core.ClosedJaxpr, which jax2onnx reads, nor "
                       "jax.extend.core.ClosedJaxpr to stand in for it")

@@ -246,14 +246,16 @@ def register_jaxonnxruntime() -> dict[str, type]:
       The handler classes by ONNX op type.
 
     Raises:
-      ImportError: jaxonnxruntime is not installed (``pip install 'xgather[jaxonnxruntime]'``).
+      ImportError: jaxonnxruntime is not installed (in xgather's clone:
+        ``pip install -e '.[jaxonnxruntime]'``).
     """
     if not HANDLERS:
         try:
             from jaxonnxruntime.core import handler
         except ImportError as err:  # pragma: no cover - depends on the environment
-            raise ImportError("register_jaxonnxruntime needs jaxonnxruntime: "
-                              "pip install 'xgather[jaxonnxruntime]'") from err
+            raise ImportError(
+                "register_jaxonnxruntime needs jaxonnxruntime: "
+                "pip install -e '.[jaxonnxruntime]' (in xgather's clone)") from err
         # jaxonnxruntime's own handlers must exist first, so that ours come later.
         import jaxonnxruntime.onnx_ops  # noqa: F401
 
