@@ -27,20 +27,24 @@ def _kw(mode):
     return {} if mode is None else {"mode": mode}
 
 
-def _refill_indices(table, batches, mode, buf, fill):
+def _refill(values, buf, fill, call):
+    """``call(buf)`` after each refill of ``buf`` with the next of ``values``, as a data
+    loader runs; the results read only after the loop."""
     outs = []
-    for b in batches:
-        fill(buf, b)
-        outs.append(xgather.onnx.gather(table, buf, axis=0, **_kw(mode)))
+    for v in values:
+        fill(buf, v)
+        outs.append(call(buf))
     return [np.asarray(o) for o in outs]
+
+
+def _refill_indices(table, batches, mode, buf, fill):
+    return _refill(batches, buf, fill,
+                   lambda b: xgather.onnx.gather(table, b, axis=0, **_kw(mode)))
 
 
 def _refill_data(tables, idx, mode, buf, fill):
-    outs = []
-    for t in tables:
-        fill(buf, t)
-        outs.append(xgather.onnx.gather(buf, idx, axis=0, **_kw(mode)))
-    return [np.asarray(o) for o in outs]
+    return _refill(tables, buf, fill,
+                   lambda t: xgather.onnx.gather(t, idx, axis=0, **_kw(mode)))
 
 
 def _numpy_fill(buf, values):
