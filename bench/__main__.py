@@ -3,7 +3,7 @@
 Usage::
 
     xgather-bench [--quick | --large | --size gpu] [--workloads W1,W3]
-                  [--systems xgather,lax,torch] [--device cpu|gpu] [--repeats N]
+                  [--systems xgather,lax,jnp.take,torch] [--device cpu|gpu] [--repeats N]
                   [--allocator keep|default|both] [--json run.json]
     xgather-bench compare A.json B.json
     xgather-bench plot RECORD.json --out ratios.png
@@ -36,6 +36,10 @@ from .workloads import SIZES, WORKLOADS, default_keys, default_size
 # 0.74-1.10 from run to run, 150 of 0.02 s in 1.04-1.08 (docs/benchmark.md).
 TIMING = {"sample_s": 0.02, "budget_s": 2.0, "least": 15, "most": 100}
 QUICK = {"sample_s": 0.003, "budget_s": 0.1, "least": 7, "most": 30}
+#: Each process of ``--allocator both`` (the CPU's default): a quarter of the budget and at
+#: least 5 rounds, so that both settings together take about as long as one did with
+#: TIMING (8-10 minutes on 2 cores; docs/benchmark.md). ``--repeats`` overrides it.
+BOTH = {**TIMING, "budget_s": TIMING["budget_s"] / 4, "least": 5}
 #: Calls per pipelined sample of the check cost, then one wait (as a training loop runs).
 PIPELINE = 10
 #: First calls timed per JAX system and workload (each after JAX's caches are emptied).
@@ -69,6 +73,15 @@ class _Progress:
 _PACKAGES = ("xgather", "jax", "jaxlib", "ml_dtypes", "numpy", "onnxruntime", "openvino",
              "torch", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
              "jax-cuda13-pjrt", "cupy", "cupy-cuda12x", "cupy-cuda13x")
+
+
+#: How to add a peer that is not installed, from the clone. torch is an extra of its
+#: own: on Python 3.12 and later pip would take a CUDA build of several GB.
+_INSTALL = {
+    None: "pip install -e '.[bench]' in the clone",
+    "torch": "pip install -e '.[torch]' in the clone; on a machine without a GPU, take "
+             "the CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu",
+}
 
 
 def _versions(gpu: bool) -> dict:
@@ -184,7 +197,7 @@ def run(args) -> dict:
                          else default_size(device.platform))
     for name, ok in peers.items():
         if not ok:
-            print(f"skipping {name}: not installed (pip install -e '.[bench]' in the clone)",
+            print(f"skipping {name}: not installed ({_INSTALL.get(name, _INSTALL[None])})",
                   file=sys.stderr)
     gpu_ok = {}
     if gpu:
@@ -219,8 +232,8 @@ def run(args) -> dict:
     roofs = {**device_roofs, **host_roofs}
     roof_of = roof.basis(device_roofs, host_roofs, device.platform)
     progress.done(rec.roof_line(roofs, roof_of))  # each library's copy, and which %roof uses
-    on_device = ("xgather", "lax", *systems.GPU_PEERS)
-    timing = dict(QUICK if args.quick else TIMING)
+    on_device = (*systems.JAX_SYSTEMS, *systems.GPU_PEERS)
+    timing = dict(QUICK if args.quick else BOTH if args.timing == "both" else TIMING)
     if args.repeats:  # rounds asked for: exactly that many
         timing.update(least=args.repeats, most=args.repeats)
     rounds = {k: timing[k] for k in ("least", "budget_s", "most")}
@@ -243,7 +256,8 @@ def run(args) -> dict:
         # Each JAX system runs once at other shapes first, so that what a process pays
         # once (imports, first traces of a code path) is not charged to whichever
         # system's first call comes first: first calls then compare per-shape costs.
-        warm_chosen = {n for n in (chosen or {"xgather", "lax"}) if systems.library(n) == "jax"}
+        warm_chosen = {n for n in (chosen or {"xgather", "lax", systems.JNP})
+                       if systems.library(n) == "jax"}
         for fn in systems.build(w, *w.warmup_arrays(size), device, {}, warm_chosen).values():
             fn()
         prefix = f"[{n}/{len(keys)}] {key} {w.title}: "  # of every progress line
@@ -298,7 +312,7 @@ def run(args) -> dict:
         best = stats.ratios_to_best(medians)
         for name in fns:
             # JAX reads int32 indices without x64 (jax_inputs); the peers read int64 ones
-            jax32 = name.startswith(("xgather", "lax")) and not jax.config.jax_enable_x64
+            jax32 = systems.library(name) == "jax" and not jax.config.jax_enable_x64
             gbps = w.moved_bytes(size, 4 if jax32 else 8) / medians[name] / 1e9
             r_roof = roof_of["device" if name.startswith(on_device) else "host"]
             results.append({"workload": key, "title": w.title, "system": name,
@@ -340,8 +354,8 @@ def run(args) -> dict:
         "first_call": f"the median of {FIRST_CALLS} for JAX's systems, each after "
                       "jax.clear_caches() and gc.collect(), in an order rotated each "
                       "time; after one call of each JAX system at other shapes",
-        "samples": "each library's systems in a block of their own (JAX: xgather's modes "
-                   "and lax), two untimed rounds, then shuffled rounds of that library "
+        "samples": "each library's systems in a block of their own (JAX: xgather's modes, "
+                   "lax and jnp.take), two untimed rounds, then shuffled rounds of that library "
                    "alone, as many as fit the budget; the check cost from interleaved "
                    "rounds of the default and promise alone, the same way, blocked (each "
                    f"call waits) and pipelined ({PIPELINE} calls, then one wait)",
@@ -353,19 +367,24 @@ def run(args) -> dict:
 
 
 def _run_both(args, argv) -> dict:
-    """Each allocator setting in its own process; one merged record."""
+    """Each allocator setting in its own process; one merged record. Without ``--repeats``
+    or ``--quick``, each process takes :data:`BOTH`'s rounds."""
     merged = None
-    for setting in ("default", "keep"):
+    timing = [] if args.repeats or args.quick else ["--timing", "both"]
+    for n, setting in enumerate(("default", "keep"), 1):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "run.json")
             child, skip = [], False
             for a in argv:  # drop "--allocator X", "--json X" (and their "=X" forms)
-                if skip or a.startswith(("--allocator", "--json")):
-                    skip = a in ("--allocator", "--json")
+                if skip or a.startswith(("--allocator", "--json", "--timing")):
+                    skip = a in ("--allocator", "--json", "--timing")
                     continue
                 child.append(a)
             cmd = [sys.executable, "-m", __package__, *child, "--allocator", setting, "--json", out,
-                   "--no-table"]
+                   "--no-table", *timing]
+            print(f"allocator {setting} ({n}/2): glibc "
+                  f"{'as it comes' if setting == 'default' else 'keeps large blocks'}, "
+                  "in a process of its own", file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True)
             r = rec.load(out)
         for res in r["results"]:
@@ -437,6 +456,21 @@ def _load(parser, path: str) -> dict:
         parser.error(f"cannot read {path}: {e.strerror or e}")
     except ValueError as e:  # json.JSONDecodeError too
         parser.error(f"{path} is not an xgather-bench record: {e}")
+
+
+def _side_run_start(p, a):
+    """What a side command that times workloads (``check``, ``readers``) does first: its
+    ``--json`` folder and ``--workloads`` checked (``(keys, the allocator module)``), and
+    on a CPU the main job's allocator setting, before JAX starts."""
+    _check_json_folder(p, a.json)
+    keys = a.workloads.split(",") if a.workloads else None
+    unknown = sorted(set(keys or ()) - set(WORKLOADS))
+    if unknown:
+        p.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+    from . import _alloc as alloc
+    if _expected_platform(a.device) == "cpu" and not alloc._backends_started():
+        alloc.keep_large_allocations()  # before JAX starts, as in the main job
+    return keys, alloc
 
 
 def main(argv=None) -> int:
@@ -525,14 +559,7 @@ def main(argv=None) -> int:
                        help="as for the main job")
         p.add_argument("--json", help="write the run as a JSON record")
         a = p.parse_args(argv[1:])
-        _check_json_folder(p, a.json)
-        keys = a.workloads.split(",") if a.workloads else None
-        unknown = sorted(set(keys or ()) - set(WORKLOADS))
-        if unknown:
-            p.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
-        from . import _alloc as alloc
-        if _expected_platform(a.device) == "cpu" and not alloc._backends_started():
-            alloc.keep_large_allocations()  # before JAX starts, as in the main job
+        keys, alloc = _side_run_start(p, a)
         _set_cpu_dispatch(a.cpu_dispatch)
         import jax
 
@@ -561,14 +588,7 @@ def main(argv=None) -> int:
         p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
         p.add_argument("--json", help="write the run as a JSON record")
         a = p.parse_args(argv[1:])
-        _check_json_folder(p, a.json)
-        keys = a.workloads.split(",") if a.workloads else None
-        unknown = sorted(set(keys or ()) - set(WORKLOADS))
-        if unknown:
-            p.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
-        from . import _alloc as alloc
-        if _expected_platform(a.device) == "cpu" and not alloc._backends_started():
-            alloc.keep_large_allocations()  # before JAX starts, as in the main job
+        keys, alloc = _side_run_start(p, a)
         import jax
         try:
             device = jax.devices(a.device)[0] if a.device else jax.devices()[0]
@@ -601,7 +621,7 @@ def main(argv=None) -> int:
                    help="the sizes by name (default: gpu on a GPU, else default)")
     p.add_argument("--workloads", help="comma-separated keys (default: W1-W10; on a GPU also "
                    "W9r, W9u, W9r-bf16, W9u-bf16)")
-    p.add_argument("--systems", help="comma-separated: xgather, lax, numpy, onnxruntime, "
+    p.add_argument("--systems", help="comma-separated: xgather, lax, jnp.take, numpy, onnxruntime, "
                    "openvino, torch; on a GPU torch-cuda, cupy (default: all installed, "
                    "on a GPU those on the GPU); where named: xgather[promise] alone, "
                    "xgather[linear], xgather[branched-wrap], xgather[fused-wrap]")
@@ -611,16 +631,23 @@ def main(argv=None) -> int:
                         "about 2 s of samples a JAX system and 1 s a peer, 15 to 100; with "
                         "--quick a twentieth of that, 7 to 30)")
     p.add_argument("--allocator", choices=("keep", "default", "both"), default=None,
-                   help="keep: glibc keeps large blocks, set first (bench/_alloc.py; the "
-                        "default on CPU); default: glibc as it comes; both: each in its own "
-                        "process")
+                   help="keep: glibc keeps large blocks, set first (bench/_alloc.py); "
+                        "default: glibc as it comes (what a process gets unless it sets "
+                        "MALLOC_* itself); both: each in its own process, with a quarter of "
+                        "the rounds' budget each unless --repeats is given (the default on "
+                        "a CPU; with --quick there, keep; elsewhere, default)")
     p.add_argument("--cpu-dispatch", choices=("async", "inline"), default="async",
                    help="async (JAX's default): XLA's CPU client runs a program of 1000 "
                         "flops or more on its worker threads; inline: every program on the "
                         "calling thread (jax_cpu_enable_async_dispatch=False)")
     p.add_argument("--json", help="write the run as a JSON record")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--timing", choices=("both",), help=argparse.SUPPRESS)  # _run_both's
     args = p.parse_args(argv)
+    if args.allocator is None and _expected_platform(args.device) == "cpu":
+        # what a user's process gets (glibc as it comes) beside what keeping large blocks
+        # gives; a quick run, a quick look: keep alone
+        args.allocator = "keep" if args.quick or args.size == "quick" else "both"
     if args.systems:
         unknown = sorted(set(args.systems.split(",")) - set(systems.NAMES))
         if unknown:

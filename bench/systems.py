@@ -218,6 +218,44 @@ def lax_runner(w, d, i, extra=()) -> Runner:
     return lambda: jax.block_until_ready(f(d, i, *extra))
 
 
+def jnp_fn(w):
+    """The same gather as a user writes it with ``jax.numpy``, in its default mode:
+    ``jnp.take`` (Gather; ``batch_dims`` by ``jax.vmap``), ``jnp.take_along_axis``
+    (GatherElements), plain indexing (GatherND: ``d[i[..., 0], i[..., 1]]``, ``batch_dims`` by
+    ``jax.vmap``). An out-of-range index gets JAX's default (``jnp.take`` fills, plain
+    indexing promises the indices are in bounds), and the program holds what that takes."""
+    import jax
+    import jax.numpy as jnp
+
+    def batched(f, b):  # f over the leading b axes of the data and the indices
+        for _ in range(b):
+            f = jax.vmap(f)
+        return f
+
+    if w.op in ("onnx.gather", "grad", "openvino.gather7"):
+        # under vmap an axis counted from the front loses the batch axes
+        axis = w.axis - w.batch_dims if w.axis >= 0 else w.axis
+        f = batched(lambda d, i: jnp.take(d, i, axis=axis), w.batch_dims)
+    elif w.op == "onnx.gather_nd":
+        f = batched(lambda d, i: d[tuple(i[..., j] for j in range(i.shape[-1]))],
+                    w.batch_dims)
+    else:  # gather_elements
+        def f(d, i):
+            return jnp.take_along_axis(d, i, axis=w.axis)
+    if w.step is not None:
+        return steps.jax_step(w, f)
+    if w.op == "grad":
+        return jax.grad(lambda d, i: (f(d, i) ** 2).sum())
+    return f
+
+
+def jnp_runner(w, d, i, extra=()) -> Runner:
+    """:func:`jnp_fn`, jitted, on the same device arrays as xgather and ``lax``."""
+    import jax
+    f = jax.jit(jnp_fn(w))
+    return lambda: jax.block_until_ready(f(d, i, *extra))
+
+
 # -- Peers ------------------------------------------------------------------------------------
 
 def numpy_runner(w, data, idx, device=None) -> Runner | None:
@@ -406,14 +444,19 @@ BRANCHED_WRAP = "xgather[branched-wrap]"
 FUSED_WRAP = "xgather[fused-wrap]"
 WRAP_SYSTEMS = {BRANCHED_WRAP: "by_size", FUSED_WRAP: "fused"}
 NEG = " neg"
-NAMES = ("xgather", PROMISE, LINEAR, BRANCHED_WRAP, FUSED_WRAP, "lax", "numpy", "onnxruntime",
-         "openvino", "torch", *GPU_PEERS)
+#: JAX's own gather as a user writes it, in its default mode (:func:`jnp_fn`).
+JNP = "jnp.take"
+#: The systems that run in JAX, on the device its arrays are on (name prefixes).
+JAX_SYSTEMS = ("xgather", "lax", JNP)
+NAMES = ("xgather", PROMISE, LINEAR, BRANCHED_WRAP, FUSED_WRAP, "lax", JNP, "numpy",
+         "onnxruntime", "openvino", "torch", *GPU_PEERS)
 
 
 def library(name: str) -> str:
-    """The library that runs a system: ``"jax"`` for xgather's modes and ``lax`` (one
-    runtime, one thread pool), else the peer's name without its thread count."""
-    return "jax" if name.startswith(("xgather", "lax")) else name.split()[0]
+    """The library that runs a system: ``"jax"`` for xgather's modes, ``lax`` and
+    ``jnp.take`` (one runtime, one thread pool), else the peer's name without its thread
+    count."""
+    return "jax" if name.startswith(JAX_SYSTEMS) else name.split()[0]
 
 
 def gpu_peers() -> dict[str, str | None]:
@@ -535,7 +578,7 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
     named_linear = systems is not None and LINEAR in systems
     named_promise = systems is not None and PROMISE in systems
     wraps = [n for n in WRAP_SYSTEMS if systems is not None and n in systems]
-    if want("xgather") or want("lax") or named_linear or named_promise or wraps:
+    if want("xgather") or want("lax") or want(JNP) or named_linear or named_promise or wraps:
         import jax
         d, i = jax_inputs(data, idx, device)
         # a model step's weights, beside the data on the device
@@ -564,6 +607,8 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
             out[name + suffix] = r
     if want("lax"):
         out["lax"] = lax_runner(w, d, i, extra)
+    if want(JNP):
+        out[JNP] = jnp_runner(w, d, i, extra)
     if want_host("numpy") and (r := numpy_runner(w, data, idx)) is not None:
         out["numpy"] = r
     for name, make in (("onnxruntime", ort_runner), ("openvino", openvino_runner),

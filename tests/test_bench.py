@@ -274,7 +274,7 @@ def test_missing_peers_are_skipped():
     fns = systems.build(w, data, idx, device,
                         {"onnxruntime": False, "openvino": False, "torch": False}, None)
     host = {"numpy"} if device.platform == "cpu" else set()  # on a GPU: only where named
-    assert set(fns) == {"xgather", "xgather[promise]", "lax"} | host
+    assert set(fns) == {"xgather", "xgather[promise]", "lax", systems.JNP} | host
 
 
 GATHERS = sorted(k for k, w in WORKLOADS.items() if w.step is None)
@@ -287,7 +287,8 @@ def test_every_system_computes_the_same_result(key):
     import jax
     w = WORKLOADS[key]
     data, idx = w.arrays("tiny")
-    named = {"xgather", systems.LINEAR, "lax", "numpy", "onnxruntime", "openvino", "torch"}
+    named = {"xgather", systems.LINEAR, "lax", systems.JNP, "numpy", "onnxruntime", "openvino",
+             "torch"}
     fns = systems.build(w, data, idx, jax.devices()[0], systems.available(), named)
     assert (systems.LINEAR in fns) == (key.startswith(("W4", "W10")))
     want = _as_f32(fns.pop("numpy")())
@@ -299,6 +300,68 @@ def test_every_system_computes_the_same_result(key):
         elif name.startswith("openvino"):
             out = next(iter(out.values()))
         np.testing.assert_allclose(_as_f32(out), want, rtol=tol, atol=tol, err_msg=name)
+
+
+def test_jnp_take_is_a_jax_system_of_every_plain_run():
+    """JAX's own gather as a user writes it runs beside xgather and lax by default, in
+    their block of rounds, on the device (GB/s with their index width)."""
+    import jax
+    assert systems.JNP == "jnp.take" and systems.JNP in systems.NAMES
+    assert systems.library(systems.JNP) == "jax" == systems.library("lax")
+    none = {"onnxruntime": False, "openvino": False, "torch": False}
+    for key in ("W1", "M1"):
+        w = WORKLOADS[key]
+        built = systems.build(w, *w.arrays("tiny"), jax.devices()[0], none, None)
+        assert systems.JNP in built
+        assert set(systems.build(w, *w.arrays("tiny"), jax.devices()[0], none,
+                                 {systems.JNP})) == {systems.JNP}
+    assert systems.JNP not in systems.build(WORKLOADS["W1"], *WORKLOADS["W1"].arrays("tiny"),
+                                            jax.devices()[0], none, {"lax"})
+
+
+@pytest.mark.parametrize("size", ["tiny", "quick"])
+@pytest.mark.parametrize("key", GATHERS)
+def test_jnp_take_is_exact_on_every_gather(key, size):
+    """``jnp.take``, ``jnp.take_along_axis`` and plain indexing give NumPy's values bit for
+    bit (for the gradients, ``np.add.at``'s), as the hand-written lax.gather does."""
+    import jax
+    w = WORKLOADS[key]
+    data, idx = w.arrays(size)
+    fns = systems.build(w, data, idx, jax.devices()[0], {}, {systems.JNP, "lax", "numpy"})
+    got = np.asarray(fns[systems.JNP]())
+    assert got.dtype == data.dtype
+    np.testing.assert_array_equal(_as_f32(got), _as_f32(fns["numpy"]()))
+    np.testing.assert_array_equal(got, np.asarray(fns["lax"]()))
+
+
+@pytest.mark.parametrize("key", STEPS)
+def test_jnp_take_runs_the_model_step_as_lax_does(key):
+    """A model step around ``jnp.take``'s gather gives what the same step around the
+    hand-written lax.gather gives, bit for bit (and NumPy's step within rounding: the
+    model-step test above)."""
+    import jax
+    w = WORKLOADS[key]
+    for size in ("tiny", "quick"):
+        data, idx = w.arrays(size)
+        fns = systems.build(w, data, idx, jax.devices()[0], {}, {systems.JNP, "lax"})
+        for g, x in zip(jax.tree.leaves(fns[systems.JNP]()), jax.tree.leaves(fns["lax"]()),
+                        strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(x), err_msg=size)
+
+
+def test_jnp_take_is_in_the_record_and_the_table(tmp_path):
+    out = tmp_path / "run.json"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-m", "xgather_bench", "--quick", "--workloads",
+                           "W8", "--systems", "lax,jnp.take", "--repeats", "2", "--json",
+                           str(out)], env=env, capture_output=True, text=True, check=True,
+                          timeout=300)
+    rec = record.load(out)
+    assert sorted(r["system"] for r in rec["results"]) == ["jnp.take", "lax"]
+    r = next(r for r in rec["results"] if r["system"] == systems.JNP)
+    assert len(r["samples_s"]) == 2 and r["first_call_s"] > 0
+    assert r["pct_roof_of"] == rec["pct_roof_of"]["device"]
+    assert re.search(r"^(W8 tiny)?\s+jnp\.take\s+\d", proc.stdout, re.M), proc.stdout
 
 
 @pytest.mark.parametrize("key", STEPS)
@@ -314,7 +377,7 @@ def test_every_system_runs_the_model_step_as_numpy_does(key):
     want = steps.numpy_step(w, data, idx, steps.weights(w, data, idx))
     device = jax.devices()[0]
     peers = systems.available()
-    names = {"xgather", "xgather[promise]", "lax"}
+    names = {"xgather", "xgather[promise]", "lax", systems.JNP}
     if device.platform == "cpu" and peers["torch"]:
         names |= {f"torch {t}t" for t in sorted({1, systems.cores()})}
     if device.platform == "gpu":  # the GPU peers that run here; the host peers unnamed
@@ -451,12 +514,12 @@ def test_quick_run_end_to_end(tmp_path):
                           check=True, timeout=600)
     rec = record.load(out)
     assert {r["workload"] for r in rec["results"]} == set(default_keys("cpu"))
-    assert {"xgather", "xgather[promise]", "lax", "numpy"} <= {r["system"] for r in
-                                                               rec["results"]}
+    assert {"xgather", "xgather[promise]", "lax", systems.JNP, "numpy"} <= {
+        r["system"] for r in rec["results"]}
     assert all(len(r["samples_s"]) == 3 and r["median_s"] > 0 for r in rec["results"])
     assert rec["cpu_dispatch"] == "async" and rec["rounds"]["least"] == 3
     for r in rec["results"]:  # GB/s: the bytes each system's indices take, over its median
-        jax32 = r["system"] in ("xgather", "xgather[promise]", "lax") and not rec["x64"]
+        jax32 = systems.library(r["system"]) == "jax" and not rec["x64"]
         moved = WORKLOADS[r["workload"]].moved_bytes("quick", 4 if jax32 else 8)
         assert r["gbps"] == pytest.approx(moved / r["median_s"] / 1e9, rel=1e-9)
     assert "W10 GatherElements" in proc.stdout

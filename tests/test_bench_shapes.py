@@ -53,7 +53,7 @@ def test_every_workload_has_every_size():
 
 
 def _jax_programs(w):
-    """``{system: f}``: the programs ``systems.build`` runs for xgather and lax, as
+    """``{system: f}``: the programs ``systems.build`` runs for xgather, lax and jnp.take, as
     functions of ``(data, indices, *weights)``. The default runs under ``xgather.checked``,
     which cannot be traced inside ``jax.eval_shape``: its checkify (user checks) stands in."""
     from jax.experimental import checkify
@@ -64,7 +64,8 @@ def _jax_programs(w):
         def default(*args, checked=checked):
             return checked(*args)[1]
     promise = systems._xgather_fn(w, "promise_in_bounds", negative_indices=False)
-    return {"xgather": default, "xgather[promise]": promise, "lax": systems.lax_fn(w)}
+    return {"xgather": default, "xgather[promise]": promise, "lax": systems.lax_fn(w),
+            systems.JNP: systems.jnp_fn(w)}
 
 
 def _shapes(out):

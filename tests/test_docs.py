@@ -347,9 +347,17 @@ def test_the_examples_are_found():
     assert len(EXAMPLES) >= 7, [(s, k) for s, k, _ in EXAMPLES]
 
 
+def test_first_gather_prints_what_it_says(capsys):
+    """The README's first block, right after the install: each result under its print."""
+    first = BLOCKS[0]
+    assert first.startswith("import numpy as np, xgather") and len(first.splitlines()) <= 8
+    exec(compile(first, "README-first-gather", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == _printed(first)
+
+
 def test_first_example_runs():
     ns: dict = {}
-    exec(compile(BLOCKS[0], "README-example", "exec"), ns)
+    exec(compile(_block("f(data, np.array([3, -4]))"), "README-example", "exec"), ns)
     np.testing.assert_array_equal(ns["f"](ns["data"], np.array([3, -4])), ns["data"][:, [3, 0]])
 
 
