@@ -155,10 +155,14 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+#: JAX's config, read by attribute (typed on some JAX versions only).
+_CONFIG: Any = jax.config
+
+
 def x64() -> bool:
     """Whether x64 is on here (``jax.enable_x64`` blocks too): read on every eager call,
     by attribute, which costs half of ``jax.config.read``."""
-    return jax.config.jax_enable_x64
+    return bool(_CONFIG.jax_enable_x64)
 
 
 def is_traced(*xs) -> bool:
