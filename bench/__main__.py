@@ -473,6 +473,20 @@ def _side_run_start(p, a):
     return keys, alloc
 
 
+def _side_device_and_timing(a):
+    """A timing side command's device (``--device``, else JAX's first) and its timing
+    (``--quick``, ``--repeats``); JAX starts here, after ``_side_run_start``."""
+    import jax
+    try:
+        device = jax.devices(a.device)[0] if a.device else jax.devices()[0]
+    except RuntimeError as e:
+        raise SystemExit(f"xgather-bench: no {a.device} device for JAX: {e}") from None
+    timing = dict(QUICK if a.quick else TIMING)
+    if a.repeats:
+        timing.update(least=a.repeats, most=a.repeats)
+    return device, timing
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["compare"]:
@@ -561,16 +575,8 @@ def main(argv=None) -> int:
         a = p.parse_args(argv[1:])
         keys, alloc = _side_run_start(p, a)
         _set_cpu_dispatch(a.cpu_dispatch)
-        import jax
-
         from . import check
-        try:
-            device = jax.devices(a.device)[0] if a.device else jax.devices()[0]
-        except RuntimeError as e:
-            raise SystemExit(f"xgather-bench: no {a.device} device for JAX: {e}") from None
-        timing = dict(QUICK if a.quick else TIMING)
-        if a.repeats:
-            timing.update(least=a.repeats, most=a.repeats)
+        device, timing = _side_device_and_timing(a)
         run_ = check.run(keys, "quick" if a.quick else None, device, timing,
                          lambda msg: print(msg, file=sys.stderr))
         return _report(check, {"cpu_dispatch": _cpu_dispatch(),
@@ -589,14 +595,7 @@ def main(argv=None) -> int:
         p.add_argument("--json", help="write the run as a JSON record")
         a = p.parse_args(argv[1:])
         keys, alloc = _side_run_start(p, a)
-        import jax
-        try:
-            device = jax.devices(a.device)[0] if a.device else jax.devices()[0]
-        except RuntimeError as e:
-            raise SystemExit(f"xgather-bench: no {a.device} device for JAX: {e}") from None
-        timing = dict(QUICK if a.quick else TIMING)
-        if a.repeats:
-            timing.update(least=a.repeats, most=a.repeats)
+        device, timing = _side_device_and_timing(a)
         run_ = readers.run(keys, "quick" if a.quick else None, device, timing,
                            lambda msg: print(msg, file=sys.stderr))
         return _report(readers, {"allocator": alloc.allocator_settings(), **run_}, a.json)
