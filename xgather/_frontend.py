@@ -257,9 +257,7 @@ def check_out_sharding(plan, out_sharding, data, sh) -> None:
         return
     if not isinstance(out_sharding, PartitionSpec | NamedSharding):
         fail(plan.op, "out_sharding must be a jax.sharding.NamedSharding or PartitionSpec",
-             f"{type(out_sharding).__module__}.{type(out_sharding).__qualname__}".removeprefix(
-                 "builtins."), sh,
-             kind=XGatherTypeError)
+             _type_name(out_sharding), sh, kind=XGatherTypeError)
     mesh = _gather.mesh_of(out_sharding)
     if mesh.empty:  # a PartitionSpec outside jax.set_mesh
         fail(plan.op, "out_sharding as a PartitionSpec needs a mesh in context "
