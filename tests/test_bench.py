@@ -1151,14 +1151,22 @@ def test_a_lowering_holds_in_every_trace_also_after_clear_caches(monkeypatch):
 
 def test_a_wrap_system_whose_program_is_not_what_it_asks_is_refused(monkeypatch):
     import jax
+
+    import xgather
     w = WORKLOADS["W10"]
     data, idx = w.arrays("quick")
     d, i = systems.jax_inputs(data, idx, jax.devices()[0])
     monkeypatch.setattr(systems, "_lowered_fn",
                         lambda w, mode, lowering=None, **kw: systems._xgather_fn(w, mode, **kw))
-    systems.wrap_program(w, d, i, "by_size")  # the platform's (a CPU's): the branch
-    with pytest.raises(RuntimeError, match="wrap='fused'.*a conditional"):
-        systems.wrap_program(w, d, i, "fused")
+    # traced with a CPU's choices on every machine: the branch, whatever wrap is asked
+    with xgather.lowering("cpu"):
+        systems.wrap_program(w, d, i, "by_size")
+        with pytest.raises(RuntimeError, match="wrap='fused'.*a conditional"):
+            systems.wrap_program(w, d, i, "fused")
+    # and a GPU's: no branch, where "by_size" asks for one at these shapes
+    with xgather.lowering("gpu"), pytest.raises(RuntimeError,
+                                                match="wrap='by_size'.*no conditional"):
+        systems.wrap_program(w, d, i, "by_size")
 
 
 def test_each_flag_reader_reads_its_group_size_and_equals_numpy():
@@ -1208,6 +1216,8 @@ def test_a_bad_index_is_still_raised_with_flags_read_one_by_one():
 
 
 def test_the_readers_bench_end_to_end(tmp_path, capsys):
+    import jax
+
     from xgather_bench import readers
     from xgather_bench.__main__ import main
     out = tmp_path / "readers.json"
@@ -1216,7 +1226,8 @@ def test_the_readers_bench_end_to_end(tmp_path, capsys):
     text = capsys.readouterr().out
     rec = json.loads(out.read_text())
     assert rec["schema"] == readers.SCHEMA and rec["pipeline"] == readers.PIPELINE == 10
-    assert rec["flags_taken_as_accelerators"] is True  # a CPU's flags, as an accelerator's
+    # a CPU's flags are read as an accelerator's would be; an accelerator's are its own
+    assert rec["flags_taken_as_accelerators"] is (jax.default_backend() == "cpu")
     [r] = rec["results"]  # W7: OpenVINO's default fills, no flag to read
     assert r["workload"] == "W8" and r["rounds"] == 2
     assert r["groups_read"] == {"promise": [], "per-flag": [1] * 10, "groups of 8": [8, 2]}
