@@ -4,7 +4,7 @@ For each workload, the spec's default under ``xgather.checked`` and, for the flo
 ``mode="promise_in_bounds"`` (no check), timed pipelined: :data:`PIPELINE` calls, one
 wait, then every flag still unread is read (``xgather.raise_if_error``, so that no
 sample leaves flags to the next). The checked function runs under each reader of
-:data:`READERS`, set by ``xgather._check.READ_GROUP``, which the checked call reads at
+:data:`READERS`, set by ``xgather._checked.READ_GROUP``, which the checked call reads at
 every call: the same compiled program each time, only the host's reading differs:
 
 * ``per-flag``: ``READ_GROUP = 1``: each call's flag copied to the host by itself
@@ -42,31 +42,31 @@ DEFAULT_KEYS = ("W1", "M1")
 
 @contextlib.contextmanager
 def reader(group: int | None):
-    """``xgather._check.READ_GROUP`` set to ``group`` inside the block (None: as it is)."""
-    from xgather import _check
-    saved = _check.READ_GROUP
+    """``xgather._checked.READ_GROUP`` set to ``group`` inside the block (None: as it is)."""
+    from xgather import _checked
+    saved = _checked.READ_GROUP
     if group is not None:
-        _check.READ_GROUP = group
+        _checked.READ_GROUP = group
     try:
         yield
     finally:
-        _check.READ_GROUP = saved
+        _checked.READ_GROUP = saved
 
 
 @contextlib.contextmanager
 def flags_as_accelerators(platform: str):
     """On a CPU, the checked calls made inside the block (their first call among them)
     take their flags as an accelerator's, read in groups; elsewhere nothing changes."""
-    from xgather import _check
+    from xgather import _checked
     if platform != "cpu":
         yield
         return
-    saved = _check._on_host
-    _check._on_host = lambda flag: False
+    saved = _checked._on_host
+    _checked._on_host = lambda flag: False
     try:
         yield
     finally:
-        _check._on_host = saved
+        _checked._on_host = saved
 
 
 def groups_read(f, group: int | None, calls: int = PIPELINE) -> list[int]:
@@ -75,15 +75,15 @@ def groups_read(f, group: int | None, calls: int = PIPELINE) -> list[int]:
     import jax
 
     import xgather
-    from xgather import _check
+    from xgather import _checked
     sizes: list[int] = []
-    close = _check._Group.close
+    close = _checked._Group.close
 
     def counted(self):
         if self.heads is None:
             sizes.append(len(self.calls))
         close(self)
-    _check._Group.close = counted
+    _checked._Group.close = counted
     try:
         with reader(group):
             out = None
@@ -92,7 +92,7 @@ def groups_read(f, group: int | None, calls: int = PIPELINE) -> list[int]:
             jax.block_until_ready(out)
             xgather.raise_if_error()
     finally:
-        _check._Group.close = close
+        _checked._Group.close = close
     return sizes
 
 

@@ -36,7 +36,7 @@ def reads(request, monkeypatch):
     """How flags are read: each by itself as soon as ready (a CPU's, on the host already),
     or in groups of READ_GROUP calls (an accelerator's; here CPU flags taken that way)."""
     if request.param == "in groups":
-        monkeypatch.setattr(xgather._check, "_on_host", lambda flag: False)
+        monkeypatch.setattr(xgather._checked, "_on_host", lambda flag: False)
     return request.param
 
 
@@ -148,13 +148,13 @@ def test_a_users_own_check_is_deferred_too(reads):
 def test_flags_read_in_groups_report_the_first_failed_call_of_two_functions(monkeypatch):
     """Accelerator flags: READ_GROUP calls per read (one stacking program each); the
     first failure in call order is raised, with the calls after it counted."""
-    monkeypatch.setattr(xgather._check, "_on_host", lambda flag: False)
+    monkeypatch.setattr(xgather._checked, "_on_host", lambda flag: False)
     stacked = []
-    heads = xgather._check._heads
-    monkeypatch.setattr(xgather._check, "_heads", lambda *f: stacked.append(len(f)) or heads(*f))
+    heads = xgather._checked._heads
+    monkeypatch.setattr(xgather._checked, "_heads", lambda *f: stacked.append(len(f)) or heads(*f))
     f = xgather.checked(lambda d, i: G(d, i))
     g = xgather.checked(lambda d, i: G(d, i, axis=1))
-    group = xgather._check.READ_GROUP
+    group = xgather._checked.READ_GROUP
     for n in range(group):  # one full group: read at a later call, none failed
         (f if n % 2 else g)(DATA, np.array([n % 3]))
     assert stacked == [group]
@@ -165,9 +165,13 @@ def test_flags_read_in_groups_report_the_first_failed_call_of_two_functions(monk
     text = str(info.value)
     assert "index 9 at indices[0] is out of range [-3, 2] for data axis 0" in text
     assert f"call {group // 2 + 2} of xgather.checked(" in text  # f's 2nd call in the group
-    assert f"{group - 4} later call(s) were pending" in text
+    assert "1 later call(s) are still pending" in text  # the group's other failure
     assert stacked == [group, group]
-    xgather.raise_if_error()  # once
+    with pytest.raises(xgather.OutOfBoundsError) as info:  # the later failure, in its turn
+        xgather.raise_if_error()
+    assert f"call {group // 2 + 3} of xgather.checked(" in str(info.value)
+    assert info.value.call == group // 2 + 3 and info.value.index == 9
+    xgather.raise_if_error()  # each once
     f(DATA, np.array([1, -3]))  # a part-filled group is read at raise_if_error
     xgather.raise_if_error()
     assert stacked == [group] * 3
@@ -299,8 +303,8 @@ def test_unchecked_warning_when_the_loop_is_inside_the_gradient():
 # -- model code --------------------------------------------------------------------------------
 
 def test_with_flax_nnx_imported_plain_calls_and_module_calls_both_hold():
-    # Once flax.nnx is imported, a call of arrays alone goes to jax.jit as it is, and one
-    # whose arguments hold an nnx object is split, its variables written back after it.
+    # With flax.nnx imported, jax.jit's checked function takes arrays as before, and
+    # nnx.jit's writes an nnx object's variables back after the call.
     nnx = pytest.importorskip("flax.nnx")
 
     class Counter(nnx.Module):
@@ -311,10 +315,10 @@ def test_with_flax_nnx_imported_plain_calls_and_module_calls_both_hold():
         if counter is not None:
             counter["c"].n[...] += 1
         return G(d, i)
-    step = xgather.checked(f)
+    plain, step = xgather.checked(f), xgather.checked(f, jit=nnx.jit)
     idx = np.array([2, -1])
-    np.testing.assert_array_equal(step(DATA, idx), reference.gather(DATA, idx, 0))
-    step(DATA, np.array([0, 9]))
+    np.testing.assert_array_equal(plain(DATA, idx), reference.gather(DATA, idx, 0))
+    plain(DATA, np.array([0, 9]))
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 9 at indices\[1\]"):
         xgather.raise_if_error()
     counter = {"c": Counter()}
@@ -325,7 +329,7 @@ def test_with_flax_nnx_imported_plain_calls_and_module_calls_both_hold():
     step(DATA, np.array([5]), counter=counter)
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 5 at indices\[0\]"):
         xgather.raise_if_error()
-    np.testing.assert_array_equal(step(DATA, idx), reference.gather(DATA, idx, 0))
+    np.testing.assert_array_equal(plain(DATA, idx), reference.gather(DATA, idx, 0))
 
 
 def test_an_nnx_training_step_trains_and_reports_a_bad_id_with_its_line():
@@ -345,7 +349,7 @@ def test_an_nnx_training_step_trains_and_reports_a_bad_id_with_its_line():
     model = Model(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.sgd(0.2), wrt=nnx.Param)
 
-    @xgather.checked
+    @xgather.checked(jit=nnx.jit)
     def step(model, opt, ids, y):
         loss, grads = nnx.value_and_grad(lambda m: ((m(ids) - y) ** 2).mean())(model)
         opt.update(model, grads)
@@ -367,7 +371,7 @@ def test_an_nnx_training_step_trains_and_reports_a_bad_id_with_its_line():
     assert not np.array_equal(np.asarray(model.emb[...]), before)
     assert float(step(model, opt, ids, y)) < losses[0]
 
-    @xgather.checked
+    @xgather.checked(jit=nnx.jit)
     def fresh(model, ids):  # an nnx module as a result, made inside
         other = Model(nnx.Rngs(1))
         other.emb[...] = other.emb[...] + model.emb[...]
@@ -407,7 +411,7 @@ def test_an_equinox_training_step_with_function_fields_and_donation():
         updates, state = tx.update(grads, state, model)
         return eqx.apply_updates(model, updates), state, loss
 
-    f = xgather.checked(step, donate_argnums=(0, 1))
+    f = xgather.checked(step, jit=eqx.filter_jit, donate="all")
     ids, y = jnp.array([0, 4, -2]), jnp.ones((3, 3))
     with jax.numpy_dtype_promotion("standard"):  # optax's adam mixes int32 and float
         _equinox_steps(f, model, state, ids, y)
@@ -436,14 +440,16 @@ def test_each_gather_of_one_signature_reports_its_own_line():
             call()
 
 
-def test_sync_stops_a_bad_nnx_step_before_it_is_applied():
+def test_sync_under_nnx_jit_raises_after_the_step_is_applied():
+    """nnx.jit writes the variables back before xgather reads the flag: the bad step is
+    applied (its reads stayed in bounds, so the weights stay finite), then raised."""
     nnx = pytest.importorskip("flax.nnx")
     optax = pytest.importorskip("optax")
     model = nnx.Linear(4, 3, rngs=nnx.Rngs(0))
     table = jnp.arange(40.0).reshape(10, 4)
     opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
 
-    @xgather.checked(sync=True)
+    @xgather.checked(jit=nnx.jit, sync=True)
     def step(model, opt, ids):
         loss, grads = nnx.value_and_grad(lambda m: (m(G(table, ids)) ** 2).mean())(model)
         opt.update(model, grads)
@@ -453,10 +459,11 @@ def test_sync_stops_a_bad_nnx_step_before_it_is_applied():
     kernel = np.asarray(model.kernel[...]).copy()
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 10 at indices\[1\]"):
         step(model, opt, jnp.array([2, 10]))
-    np.testing.assert_array_equal(np.asarray(model.kernel[...]), kernel)  # not applied
-    assert int(opt.step[...]) == 1
+    assert int(opt.step[...]) == 2  # applied
+    assert np.isfinite(np.asarray(model.kernel[...])).all()
+    assert not np.array_equal(np.asarray(model.kernel[...]), kernel)
     step(model, opt, jnp.array([2, 3]))  # training goes on
-    assert int(opt.step[...]) == 2 and not np.array_equal(np.asarray(model.kernel[...]), kernel)
+    assert int(opt.step[...]) == 3
 
 
 def test_sync_with_donation_hands_the_result_over_in_the_error():
@@ -486,7 +493,7 @@ def test_a_results_constants_follow_the_shapes_of_each_call():
             return Out(rows, ids.shape[0]), [rows[k] for k in range(ids.shape[0])]
 
     model = Model(jnp.arange(10.0).reshape(5, 2), jnp.negative)
-    f = xgather.checked(lambda m, ids: m(ids))
+    f = xgather.checked(lambda m, ids: m(ids), jit=eqx.filter_jit)
     for n in [2, 3, 2, 1, 3]:  # each shape traced once, then taken from jit's cache
         ids = np.arange(n, dtype=np.int32)[::-1]
         out, listed = f(model, ids)
@@ -509,7 +516,7 @@ def test_equinox_fields_that_are_python_numbers_are_constants():
 
     table = jnp.arange(10.0).reshape(5, 2)
     model = Model(table, eqx.nn.Dropout(0.5, inference=True), 2.0)
-    f = xgather.checked(lambda m, ids, key: (m(ids, key), m))
+    f = xgather.checked(lambda m, ids, key: (m(ids, key), m), jit=eqx.filter_jit)
     ids = np.array([4, -1, 0], np.int32)
     for scale in (2.0, 3.0):  # a new constant: a new program
         model = eqx.tree_at(lambda m: m.scale, model, scale)
@@ -533,11 +540,12 @@ def _equinox_steps(f, model, state, ids, y):
     assert np.isfinite(float(loss))
 
 
-def test_arguments_jit_refuses_are_constants_and_fn_errors_come_through(monkeypatch):
-    """A function argument (jax.jit's own path refuses it) runs as a compile-time constant;
-    a TypeError of fn's own still reaches the caller."""
-    monkeypatch.delitem(sys.modules, "flax.nnx", raising=False)  # jax.jit's path first
-    f = xgather.checked(lambda d, i, post: post(G(d, i)))
+def test_static_function_arguments_and_fn_errors_come_through():
+    """A function argument is static as jax.jit makes it (``static_argnames``), and
+    without that jax.jit's own error says so; a TypeError of fn's own reaches the caller."""
+    with pytest.raises(TypeError, match="post"):
+        xgather.checked(lambda d, i, post: post(G(d, i)))(DATA, np.array([0]), jnp.abs)
+    f = xgather.checked(lambda d, i, post: post(G(d, i)), static_argnames="post")
     np.testing.assert_array_equal(np.asarray(f(DATA, np.array([2, -3]), jnp.negative)),
                                   -reference.gather(DATA, np.array([2, -3])))
     np.testing.assert_array_equal(np.asarray(f(DATA, np.array([1]), jnp.abs)), DATA[[1]])
@@ -551,9 +559,9 @@ def test_arguments_jit_refuses_are_constants_and_fn_errors_come_through(monkeypa
         xgather.checked(wrong)(DATA, np.array([0]))
 
 
-def test_non_hashable_constants_get_a_clear_error():
-    f = xgather.checked(lambda d, i, opts: G(d, i))
-    with pytest.raises(xgather.XGatherTypeError, match="must be hashable"):
+def test_non_hashable_static_arguments_get_the_jits_own_error():
+    f = xgather.checked(lambda d, i, opts: G(d, i), static_argnames="opts")
+    with pytest.raises(ValueError, match="(?i)hashable"):
         f(DATA, np.array([0]), bytearray(b"not hashable"))
 
 
@@ -661,7 +669,7 @@ def test_an_unread_failure_is_reported_at_exit_and_the_env_switch_makes_calls_sy
     code = textwrap.dedent("""
         import sys, numpy as np, xgather
         if sys.argv[1] == "in groups":  # an accelerator's way, with CPU flags
-            xgather._check._on_host = lambda flag: False
+            xgather._checked._on_host = lambda flag: False
         f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
         for n in range(11):  # the last group part-filled: read at exit
             f(np.zeros(3, np.float32), np.array([4 if n == 10 else 0]))
@@ -678,3 +686,154 @@ def test_an_unread_failure_is_reported_at_exit_and_the_env_switch_makes_calls_sy
                                                            "XGATHER_SYNC_CHECKS": "1"})
     assert env_sync.returncode != 0 and "returned" not in env_sync.stdout
     assert "OutOfBoundsError" in env_sync.stderr
+
+
+@pytest.mark.parametrize("off", ["0", "false", "No", ""])
+def test_the_env_switch_reads_off_values_as_off(off):
+    code = ("import numpy as np, xgather\n"
+            "f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))\n"
+            "f(np.zeros(3, np.float32), np.array([4]))\n"
+            "print('returned')\n")
+    run = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
+                         text=True, timeout=120,
+                         env={**__import__("os").environ, "XGATHER_SYNC_CHECKS": off})
+    assert run.returncode == 0 and "returned" in run.stdout, run.stderr  # deferred
+
+
+# -- no failure is lost ------------------------------------------------------------------------
+
+def _raised_calls(n_max=10):
+    """The call numbers of the failures raise_if_error raises, one by one."""
+    calls = []
+    for _ in range(n_max):
+        try:
+            xgather.raise_if_error()
+            return calls
+        except xgather.OutOfBoundsError as err:
+            calls.append(err.call)
+    return calls
+
+
+def test_every_failure_is_raised_in_its_turn(reads):
+    f = xgather.checked(lambda d, i: G(d, i))
+    raised, bad, ran = [], [], 0
+    for n in range(1, 13):
+        while True:  # a call that raises an earlier failure has not run: again, as a loop would
+            try:
+                f(DATA, np.array([7 if n in (2, 4, 5, 9) else 0]))
+                break
+            except xgather.OutOfBoundsError as err:
+                raised.append(err.call)
+        ran += 1
+        if n in (2, 4, 5, 9):
+            bad.append(ran)
+    raised += _raised_calls()
+    assert raised == bad == [2, 4, 5, 9]
+
+
+def test_an_interrupt_while_waiting_for_a_flag_leaves_its_failure_pending(monkeypatch):
+    f = xgather.checked(lambda d, i: G(d, i))
+    monkeypatch.setattr(xgather._checked, "_on_host", lambda flag: False)  # queued, unread
+    f(DATA, np.array([5]))
+    read = xgather._check.flag_set
+    with monkeypatch.context() as m:
+        def interrupted(flag):
+            raise KeyboardInterrupt
+        m.setattr(xgather._check, "flag_set", interrupted)
+        m.setattr(xgather._checked._Group, "failed", lambda self: interrupted(None))
+        with pytest.raises(KeyboardInterrupt):
+            xgather.raise_if_error()
+    assert xgather._check.flag_set is read
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 5 at indices\[0\]"):
+        xgather.raise_if_error()
+
+
+def test_a_failure_left_by_an_ended_thread_is_raised_by_another_thread():
+    f = xgather.checked(lambda d, i: G(d, i))
+    t = threading.Thread(target=lambda: f(DATA, np.array([0, 6])))
+    t.start()
+    t.join()
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 6 at indices\[1\]"):
+        xgather.raise_if_error()
+    xgather.raise_if_error()  # once
+
+
+def test_a_sync_call_raises_an_older_failure_first():
+    deferred = xgather.checked(lambda d, i: G(d, i))
+    now = xgather.checked(lambda d, i: G(d, i, axis=1), sync=True)
+    deferred(DATA, np.array([8]))
+    with pytest.raises(xgather.OutOfBoundsError, match="index 8 .*data axis 0") as older:
+        now(DATA, np.array([9]))
+    assert older.value.call == 1
+    with pytest.raises(xgather.OutOfBoundsError, match="index 9 .*data axis 1") as own:
+        now(DATA, np.array([9]))
+    assert own.value.call == 1  # the call that raised the older failure did not run
+
+
+def test_a_forked_child_reports_its_pending_failures_at_exit():
+    code = textwrap.dedent("""
+        import multiprocessing as mp, numpy as np, xgather
+
+        def child():
+            f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
+            f(np.zeros(3, np.float32), np.array([0]))
+            f(np.zeros(3, np.float32), np.array([7]))
+            print("child returned", flush=True)
+
+        if __name__ == "__main__":
+            p = mp.get_context("fork").Process(target=child)
+            p.start()
+            p.join()
+            print("parent exit code", p.exitcode)
+    """)
+    run = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-W",
+                          "ignore::RuntimeWarning", "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert "child returned" in run.stdout and "parent exit code 0" in run.stdout, run.stderr
+    assert "a check failed and was never read" in run.stderr, run.stderr
+    assert "index 7 at indices[0]" in run.stderr and "call 2 of" in run.stderr
+
+
+# -- the error as data -------------------------------------------------------------------------
+
+def test_the_error_carries_what_its_message_says():
+    with pytest.raises(xgather.OutOfBoundsError) as eager:
+        G(DATA, np.array([[0, 1], [-5, 7]]), axis=1)
+    e = eager.value
+    assert (e.op, e.index, e.position, e.valid_range, e.axis, e.size, e.count) == (
+        "onnx.Gather-13", -5, (1, 0), (-4, 3), 1, 4, 2)
+    f = xgather.checked(lambda d, i: G(d, i))  # LINE-OF-THE-CHECKED-GATHER
+    f(DATA, np.array([1, 2]))
+    f(DATA, np.array([1, 3, 3]))
+    with pytest.raises(xgather.OutOfBoundsError) as later:
+        xgather.raise_if_error()
+    e = later.value
+    assert (e.op, e.index, e.position, e.valid_range, e.count) == (
+        "onnx.Gather-13", 3, (1,), (-3, 2), 2)
+    assert (e.call, e.call_index) == (2, 1)
+    assert (e.file, e.line) == (__file__, _line_of("# LINE-OF-THE-CHECKED-GATHER"))
+
+
+# -- the user's jit, its options and results ---------------------------------------------------
+
+def test_checked_on_jax_jit_equals_the_jit_in_promise_with_static_and_donated_arguments():
+    def step(w, table, ids, scale, mode):
+        rows = G(table, ids, mode=mode)
+        loss = ((rows @ w) ** 2).mean() * scale
+        return w - 0.1 * jax.grad(lambda w: ((rows @ w) ** 2).mean() * scale)(w), loss
+
+    opts = dict(static_argnames=("scale", "mode"), donate_argnums=0)
+    mine = xgather.checked(lambda *a, **k: step(*a, **k, mode="error"), **opts)
+    theirs = jax.jit(lambda *a, **k: step(*a, **k, mode="promise_in_bounds"), **opts)
+    table = jnp.asarray(np.random.default_rng(0).normal(size=(20, 4)), jnp.float32)
+    ids = jnp.asarray([3, 19, 0, -1, 7])
+    w1, w2 = jnp.ones((4, 2), jnp.float32), jnp.ones((4, 2), jnp.float32)
+    for k in range(6):
+        w1, l1 = mine(w1, table, ids, scale=float(k % 2 + 1))
+        w2, l2 = theirs(w2, table, ids, scale=float(k % 2 + 1))
+        np.testing.assert_array_equal(np.asarray(l1), np.asarray(l2))
+    np.testing.assert_array_equal(np.asarray(w1), np.asarray(w2))
+    assert "stablehlo" in mine.lower(w1, table, ids, scale=1.0).as_text()
+    old = w1
+    mine(w1, table, ids, scale=1.0)
+    assert old.is_deleted()  # donated, as jax.jit donates

@@ -1,7 +1,7 @@
 """xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
 
 from xgather import bnns, labview, onnx, openvino, sharded
-from xgather._check import MAX_PENDING, READ_GROUP, checked, raise_if_error, sync_checks
+from xgather._checked import MAX_PENDING, READ_GROUP, checked, raise_if_error, sync_checks
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
 from xgather._frontend import clear_caches, explain
 from xgather._lower import lowering

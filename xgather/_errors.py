@@ -19,7 +19,29 @@ class XGatherTypeError(XGatherError, TypeError):
 
 
 class OutOfBoundsError(XGatherError, IndexError):
-    """An index lies outside the range its spec allows (``mode="error"``)."""
+    """An index lies outside the range its spec allows (``mode="error"``).
+
+    What the message says is also in attributes, for a loop that handles the failure
+    (None where not known): ``op`` (``"onnx.Gather-13"``), ``index`` (the first bad
+    value, as given), ``position`` (its place in the indices, a tuple), ``valid_range``
+    (``(low, high)``, both included), ``axis`` and ``size`` (the data axis it indexes),
+    ``count`` (how many indices are out of range), ``file`` and ``line`` (where the
+    gather was traced), and, for a call of a [`checked`][xgather.checked] function,
+    ``call`` (its number in this thread, from 1, as the message says) and
+    ``call_index`` (from 0, as a loop counts).
+    """
+
+    op: str | None = None
+    index: int | None = None
+    position: tuple[int, ...] | None = None
+    valid_range: tuple[int, int] | None = None
+    axis: int | None = None
+    size: int | None = None
+    count: int | None = None
+    file: str | None = None
+    line: int | None = None
+    call: int | None = None
+    call_index: int | None = None
 
 
 class UncheckedWarning(UserWarning):
