@@ -172,19 +172,19 @@ def _queue() -> _Calls:
         with _queues_lock:
             if not _queues:  # registered once JAX runs, so that it runs before JAX's own
                 atexit.register(_report_at_exit)
+                # a multiprocessing child made by fork leaves through os._exit, past atexit,
+                # after its finalizers (cleared when it starts: registered here, later)
+                util = sys.modules.get("multiprocessing.util")
+                if util is not None:
+                    util.Finalize(None, _report_at_exit, exitpriority=0)
             _queues.append(queue)
     return queue
 
 
 def _forked() -> None:
-    """In a child made by ``fork``: the parent's queues are the parent's to read; the
-    child's own are reported when it exits, also through ``multiprocessing``'s exit,
-    which skips ``atexit``."""
+    """In a child made by ``fork``: the parent's queues are the parent's to read."""
     _local.queue = None
     _queues.clear()
-    util = sys.modules.get("multiprocessing.util")
-    if util is not None:
-        util.Finalize(None, _report_at_exit, exitpriority=0)
 
 
 os.register_at_fork(after_in_child=_forked)
