@@ -12,6 +12,8 @@ Usage::
     xgather-bench crowding [--repeats 40] [--peers onnxruntime,openvino] [--json c.json]
     xgather-bench check [--workloads W1,M1] [--device gpu] [--quick] [--json check.json]
     xgather-bench readers [--workloads W1,M1] [--device gpu] [--quick] [--json readers.json]
+    xgather-bench frameworks [--frameworks jax.jit,nnx.jit,eqx.filter_jit] [--device gpu]
+                             [--quick] [--repeats N] [--json frameworks.json]
 """
 
 from __future__ import annotations
@@ -599,6 +601,33 @@ def main(argv=None) -> int:
         run_ = readers.run(keys, "quick" if a.quick else None, device, timing,
                            lambda msg: print(msg, file=sys.stderr))
         return _report(readers, {"allocator": alloc.allocator_settings(), **run_}, a.json)
+    if argv[:1] == ["frameworks"]:
+        from . import frameworks
+        p = argparse.ArgumentParser(
+            prog="xgather-bench frameworks", description="a training step (an embedding "
+            "gather, a dense layer, a mean-square loss, SGD) in jax.jit, flax's nnx.jit and "
+            "equinox's filter_jit: xgather.checked(step, jit=J) in the default mode against "
+            "J(step) in promise, pipelined in paired rounds, and a call's host time")
+        p.add_argument("--frameworks", help="comma-separated (default: "
+                       f"{','.join(frameworks.FRAMEWORKS)})")
+        p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
+        p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+        p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
+        p.add_argument("--json", help="write the run as a JSON record")
+        a = p.parse_args(argv[1:])
+        _check_json_folder(p, a.json)
+        names = a.frameworks.split(",") if a.frameworks else None
+        unknown = sorted(set(names or ()) - set(frameworks.FRAMEWORKS))
+        if unknown:
+            p.error(f"unknown frameworks {unknown}; choose from "
+                    f"{', '.join(frameworks.FRAMEWORKS)}")
+        from . import _alloc as alloc
+        if _expected_platform(a.device) == "cpu" and not alloc._backends_started():
+            alloc.keep_large_allocations()  # before JAX starts, as in the main job
+        device, timing = _side_device_and_timing(a)
+        run_ = frameworks.run("quick" if a.quick else None, device, timing, names,
+                              lambda msg: print(msg, file=sys.stderr))
+        return _report(frameworks, {"allocator": alloc.allocator_settings(), **run_}, a.json)
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")
@@ -623,7 +652,9 @@ def main(argv=None) -> int:
     p.add_argument("--systems", help="comma-separated: xgather, lax, jnp.take, numpy, onnxruntime, "
                    "openvino, torch; on a GPU torch-cuda, cupy (default: all installed, "
                    "on a GPU those on the GPU); where named: xgather[promise] alone, "
-                   "xgather[linear], xgather[branched-wrap], xgather[fused-wrap]")
+                   "xgather[linear], xgather[branched-wrap], xgather[fused-wrap], "
+                   "lax-checked (lax's gather and a flag of the spec's test, read at the "
+                   "next call)")
     p.add_argument("--device", help="JAX platform to run on (cpu, gpu, tpu; default: JAX's)")
     p.add_argument("--repeats", type=_rounds, default=None,
                    help="rounds (samples per system), 2 or more (default: as many as fit "

@@ -218,6 +218,108 @@ def lax_runner(w, d, i, extra=()) -> Runner:
     return lambda: jax.block_until_ready(f(d, i, *extra))
 
 
+#: A hand-written check, the floor of any that returns a flag (:func:`lax_checked_fn`).
+LAX_CHECKED = "lax-checked"
+
+
+class OutOfRangeFlag(RuntimeError):
+    """A :data:`LAX_CHECKED` call's flag was set: some index was out of the spec's range."""
+
+
+def spec_out_of_range(w, d, i):
+    """The out-of-range test of the indices ``i`` under the op's spec range, an array of
+    bools: ``(i < -s) | (i >= s)``, ``s`` the size of the axis an index addresses (ONNX
+    Gather, GatherElements and the gradient's gather: ``data.shape[axis]``; GatherND: each
+    component ``j`` against ``data.shape[batch_dims + j]``)."""
+    s = _spec_sizes(w, d, i)
+    return (i < -s) | (i >= s)
+
+
+def _spec_sizes(w, d, i):
+    """The size each index of ``i`` counts in: a number, or GatherND's sizes per component
+    (shaped to broadcast against ``i`` without rank promotion)."""
+    import jax.numpy as jnp
+    if w.op == "onnx.gather_nd":
+        b, k = w.batch_dims, i.shape[-1]
+        return jnp.asarray(np.asarray(d.shape[b:b + k]), i.dtype).reshape(
+            (1,) * (i.ndim - 1) + (k,))
+    return d.shape[w.axis % d.ndim]
+
+
+def spec_wrap(w, d, i):
+    """``i`` with its negative indices wrapped as the op's spec says (``i + s``)."""
+    import jax.numpy as jnp
+    return jnp.where(i < 0, i + _spec_sizes(w, d, i), i)
+
+
+def lax_checked_fn(w):
+    """What an expert writes by hand for a checked gather, no xgather: ``f(d, i, *extra)``
+    returns ``(the result, flag)``, the result :func:`lax_fn`'s on the indices with
+    negative ones wrapped as the spec says (:func:`spec_wrap`), the flag
+    ``jnp.any(spec_out_of_range(...))`` beside it, one program under ``jax.jit``."""
+    import jax.numpy as jnp
+    f = lax_fn(w)
+
+    def checked(d, i, *extra):
+        return f(d, spec_wrap(w, d, i), *extra), jnp.any(spec_out_of_range(w, d, i))
+    return checked
+
+
+class LaxCheckedRunner:
+    """:func:`lax_checked_fn`, jitted, whose flag is read (a Python ``bool``) at the next
+    call, raising :class:`OutOfRangeFlag` where it is set.
+
+    ``runner()``: a blocked call, which waits for its result, then reads the previous
+    call's flag (by then ready); ``runner.call()``: a pipelined call, which reads the
+    previous call's flag, then dispatches, and returns without waiting;
+    ``runner.pipelined(n)``: ``n`` such calls, then one wait; ``runner.finish()``: reads
+    the last flag left. The flag's read is a wait for the previous program, as any check
+    whose flag the host reads at the next call pays.
+    """
+
+    def __init__(self, w, d, i, extra=()):
+        import jax
+        self.name = f"{LAX_CHECKED} {w.key}"
+        self.f = jax.jit(lax_checked_fn(w))
+        self.args = (d, i, *extra)
+        self.flag = None
+
+    def _read(self, flag) -> None:
+        if flag is not None and bool(flag):
+            raise OutOfRangeFlag(f"{self.name}: some index is out of the spec's range "
+                                 "(its flag, read at the next call, is set)")
+
+    def __call__(self):
+        import jax
+        out, flag = self.f(*self.args)
+        jax.block_until_ready(out)
+        previous, self.flag = self.flag, flag
+        self._read(previous)
+        return out
+
+    def call(self):
+        previous, self.flag = self.flag, None
+        self._read(previous)
+        out, self.flag = self.f(*self.args)
+        return out
+
+    def pipelined(self, n: int):
+        import jax
+        out = None
+        for _ in range(n):
+            out = self.call()
+        return jax.block_until_ready(out)
+
+    def finish(self) -> None:
+        previous, self.flag = self.flag, None
+        self._read(previous)
+
+
+def lax_checked_runner(w, d, i, extra=()) -> LaxCheckedRunner | None:
+    """:class:`LaxCheckedRunner` where xgather's default checks (:func:`checks`), else None."""
+    return LaxCheckedRunner(w, d, i, extra) if checks(w, None) else None
+
+
 def jnp_fn(w):
     """The same gather as a user writes it with ``jax.numpy``, in its default mode:
     ``jnp.take`` (Gather; ``batch_dims`` by ``jax.vmap``), ``jnp.take_along_axis``
@@ -448,8 +550,8 @@ NEG = " neg"
 JNP = "jnp.take"
 #: The systems that run in JAX, on the device its arrays are on (name prefixes).
 JAX_SYSTEMS = ("xgather", "lax", JNP)
-NAMES = ("xgather", PROMISE, LINEAR, BRANCHED_WRAP, FUSED_WRAP, "lax", JNP, "numpy",
-         "onnxruntime", "openvino", "torch", *GPU_PEERS)
+NAMES = ("xgather", PROMISE, LINEAR, BRANCHED_WRAP, FUSED_WRAP, "lax", LAX_CHECKED, JNP,
+         "numpy", "onnxruntime", "openvino", "torch", *GPU_PEERS)
 
 
 def library(name: str) -> str:
@@ -577,8 +679,10 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
 
     named_linear = systems is not None and LINEAR in systems
     named_promise = systems is not None and PROMISE in systems
+    named_lax_checked = systems is not None and LAX_CHECKED in systems
     wraps = [n for n in WRAP_SYSTEMS if systems is not None and n in systems]
-    if want("xgather") or want("lax") or want(JNP) or named_linear or named_promise or wraps:
+    if (want("xgather") or want("lax") or want(JNP) or named_linear or named_promise or wraps
+            or named_lax_checked):
         import jax
         d, i = jax_inputs(data, idx, device)
         # a model step's weights, beside the data on the device
@@ -607,6 +711,8 @@ def build(w, data, idx, device, peers: dict[str, bool], systems: set[str] | None
             out[name + suffix] = r
     if want("lax"):
         out["lax"] = lax_runner(w, d, i, extra)
+    if named_lax_checked and (r := lax_checked_runner(w, d, i, extra)) is not None:
+        out[LAX_CHECKED] = r
     if want(JNP):
         out[JNP] = jnp_runner(w, d, i, extra)
     if want_host("numpy") and (r := numpy_runner(w, data, idx)) is not None:

@@ -1037,16 +1037,20 @@ def test_the_check_bench_end_to_end(tmp_path, capsys):
     assert rec["schema"] == check.SCHEMA and rec["pipeline"] == check.PIPELINE == 10
     assert isinstance(rec["allocator"]["keep_large_allocations"], bool)  # False: JAX ran
     assert [r["workload"] for r in rec["results"]] == ["W8", "W7", "M1"]
-    systems_ = {f"{m} {s}" for m in ("promise", "default", "sync")
-                for s in ("blocked", "pipelined")}
     for r in rec["results"]:
-        assert set(r["samples_s"]) == systems_ and r["rounds"] == 2
         assert r["checked"] == (r["workload"] != "W7")  # OpenVINO's default fills
+        # the hand-written check beside the modes, where the default checks
+        modes = (*check.MODES, check.LAX_CHECKED) if r["checked"] else check.MODES
+        assert set(r["samples_s"]) == {f"{m} {s}" for m in modes
+                                       for s in ("blocked", "pipelined")} and r["rounds"] == 2
         for shape in ("blocked", "pipelined"):
             for mode in ("default", "sync"):
                 assert r[f"{mode}/promise {shape}"] == pytest.approx(stats.paired_ratio(
                     r["samples_s"][f"{mode} {shape}"], r["samples_s"][f"promise {shape}"]))
-        assert set(r["host_call_s"]) == set(r["first_call_s"]) == set(check.MODES)
+        assert set(r["host_call_s"]) == set(r["first_call_s"]) == set(modes)
+        for shape in ("blocked", "pipelined") if r["checked"] else ():
+            assert r[f"default/lax-checked {shape}"] == pytest.approx(stats.paired_ratio(
+                r["samples_s"][f"default {shape}"], r["samples_s"][f"lax-checked {shape}"]))
         assert r["host_split_s"]["dispatch"] == r["host_call_s"]["default"]
         assert r["host_split_s"]["flag_read"] == pytest.approx(
             max(0.0, r["host_call_s"]["sync"] - r["host_call_s"]["default"]))
@@ -1055,6 +1059,8 @@ def test_the_check_bench_end_to_end(tmp_path, capsys):
         row = next(ln for ln in text.splitlines() if ln.startswith(r["workload"] + " "))
         assert f"{r['default/promise pipelined']:.2f}" in row.split()
     assert "pipelined = 10 calls then one wait" in text
+    assert rec["lax_checked_limit"] == check.LAX_CHECKED_LIMIT == 1.10
+    assert re.search(r"def/lax-checked blk +def/lax-checked pip", text)
     pieces = rec["pieces_us"]  # a deferred call's pieces, each timed, each in the table
     assert set(pieces) == {"call, one output", "call, a flag beside",
                            "flag.copy_to_host_async()", "flag.is_ready()", "read a copied flag",
@@ -1176,7 +1182,7 @@ def test_each_flag_reader_reads_its_group_size_and_equals_numpy():
     import jax
 
     import xgather
-    from xgather import _check
+    from xgather import _checked
     from xgather_bench import check, readers, steps
     assert readers.READERS == {"promise": None, "per-flag": 1, "groups of 8": 8}
     for key in ("W1",):
@@ -1190,14 +1196,14 @@ def test_each_flag_reader_reads_its_group_size_and_equals_numpy():
                 f = fns["promise" if group is None else "default"]
                 sizes = readers.groups_read(f, group)
                 assert sizes == {None: [], 1: [1] * 10, 8: [8, 2]}[group], (key, name)
-                assert _check.READ_GROUP == 8
+                assert _checked.READ_GROUP == 8
                 with readers.reader(group), jax.default_matmul_precision("highest"):
                     got = f()
-                    assert _check.READ_GROUP == (group or 8)
+                    assert _checked.READ_GROUP == (group or 8)
                     xgather.raise_if_error()
                 np.testing.assert_allclose(np.asarray(got, np.float32), np.float32(want),
                                            rtol=2e-4, atol=2e-4, err_msg=f"{key} {name}")
-    assert _check._on_host is not None and _check.READ_GROUP == 8
+    assert _checked._on_host is not None and _checked.READ_GROUP == 8
 
 
 def test_a_bad_index_is_still_raised_with_flags_read_one_by_one():
@@ -1253,3 +1259,240 @@ def test_the_table_shows_where_each_wrap_runs_blocked_and_pipelined():
                      text)
     assert re.search(r"xgather\[branched-wrap\] neg +3\.000 +2\.000  gather \(a branch\), "
                      r"half negative indices", text)
+
+
+# -- lax-checked: the hand-written check, the floor of one that returns a flag --------------
+
+#: W1-W10 where xgather's default checks (W9's variants: W9's program on other indices).
+CHECKED_GATHERS = [k for k, w in WORKLOADS.items()
+                   if re.fullmatch(r"W\d+", k) and systems.checks(w, None)]
+
+
+def test_lax_checked_runs_where_the_default_checks_and_only_where_named():
+    import jax
+    device = jax.devices()[0]
+    assert CHECKED_GATHERS == ["W1", "W2", "W3", "W4", "W5", "W6", "W8", "W9", "W10"]
+    assert systems.LAX_CHECKED in systems.NAMES
+    assert systems.library(systems.LAX_CHECKED) == "jax"
+    for key in ("W1", "W7"):
+        w = WORKLOADS[key]
+        data, idx = w.arrays("tiny")
+        plain = systems.build(w, data, idx, device, {}, None)
+        assert systems.LAX_CHECKED not in plain and "lax" in plain
+        named = systems.build(w, data, idx, device, {}, {systems.LAX_CHECKED})
+        assert set(named) == ({systems.LAX_CHECKED} if key == "W1" else set()), key
+
+
+@pytest.mark.parametrize("key", CHECKED_GATHERS)
+def test_lax_checked_equals_numpy_and_its_flag_is_false(key):
+    """On the workload's quick arrays: lax-checked's result is NumPy's gather and its
+    flag False; with half of the indices negative (legal, wrapped), the same."""
+    import jax
+    w = WORKLOADS[key]
+    data, idx = w.arrays("quick")
+    device = jax.devices()[0]
+    fns = systems.build(w, data, idx, device, {}, {systems.LAX_CHECKED, "numpy"})
+    want = _as_f32(fns["numpy"]())
+    runner = fns[systems.LAX_CHECKED]
+    tol = 1e-2 if w.dtype == "bfloat16" else 1e-5
+    out, flag = runner.f(*runner.args)
+    np.testing.assert_allclose(_as_f32(out), want, rtol=tol, atol=tol)
+    assert flag.dtype == np.bool_ and flag.shape == () and not bool(flag)
+    neg = systems.jax_inputs(data, w.with_negatives(data.shape, idx), device)
+    out, flag = runner.f(*neg)
+    np.testing.assert_allclose(_as_f32(out), want, rtol=tol, atol=tol)
+    assert not bool(flag)
+    # the runner's calls, blocked and pipelined, read each flag at the next call
+    np.testing.assert_allclose(_as_f32(runner()), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(_as_f32(runner.pipelined(3)), want, rtol=tol, atol=tol)
+    runner.finish()
+
+
+def _spec_bounds(w, shape, idx):
+    """``(the flat position of an index, the size s it counts in)`` for an index of ``idx``."""
+    if w.op == "onnx.gather_nd":
+        return idx.shape[-1] - 1, shape[w.batch_dims + idx.shape[-1] - 1]
+    return 0, shape[w.axis % len(shape)]
+
+
+@pytest.mark.parametrize("key", ["W1", "W3", "W4", "W6", "W9", "W10"])
+def test_lax_checked_flags_an_index_out_of_the_spec_range_and_the_next_call_raises(key):
+    """-s is in range (wrapped to 0), -s - 1 and s are not: the flag says so; the bench's
+    next call raises, blocked and pipelined, and the check bench's last read too."""
+    import jax
+
+    from xgather_bench import check
+    w = WORKLOADS[key]
+    data, idx = w.arrays("quick")
+    device = jax.devices()[0]
+    at, s = _spec_bounds(w, data.shape, idx)
+    f = jax.jit(systems.lax_checked_fn(w))
+    for value, bad in ((-s, False), (s - 1, False), (s, True), (-s - 1, True)):
+        i = idx.copy()
+        i.flat[at] = value
+        out, flag = f(*systems.jax_inputs(data, i, device))
+        assert bool(flag) is bad, (key, value)
+        if not bad:
+            ok = idx.copy()
+            ok.flat[at] = value % s
+            np.testing.assert_allclose(_as_f32(out), _as_f32(systems.numpy_runner(w, data, ok)()),
+                                       rtol=1e-5, atol=1e-5)
+    i = idx.copy()
+    i.flat[at] = s
+    d, bad_i = systems.jax_inputs(data, i, device)
+    runner = systems.lax_checked_runner(w, d, bad_i)
+    runner()  # returns: its flag is read at the next call
+    with pytest.raises(systems.OutOfRangeFlag, match=f"lax-checked {key}: some index is out"):
+        runner()  # blocked: ran, then read the previous flag; its own is left
+    with pytest.raises(systems.OutOfRangeFlag):
+        runner.call()  # pipelined: the previous flag read before the dispatch
+    with pytest.raises(systems.OutOfRangeFlag):
+        runner.pipelined(2)  # the first call's flag read at the second
+    runner.call()
+    with pytest.raises(systems.OutOfRangeFlag):
+        runner.finish()
+    runner.finish()  # read once
+    # the check bench's system: its pipelined call, then the read that ends a workload
+    fns = check._functions(w, d, bad_i, (), lax_checked=True)
+    fns[check.LAX_CHECKED]()
+    with pytest.raises(systems.OutOfRangeFlag):
+        fns[check.LAX_CHECKED].finish()
+
+
+def test_the_check_table_shows_the_default_over_lax_checked_against_its_limit():
+    from xgather_bench import check
+
+    def row(key, blk, pip, lax=True):
+        r = {"workload": key, "title": WORKLOADS[key].title,
+             "median_s": {"promise blocked": 1e-4}, "default/promise blocked": 1.0,
+             "default/promise pipelined": 1.0, "sync/promise blocked": 1.0,
+             "sync/promise pipelined": 1.0, "first_call_ratio": 1.0,
+             "host_call_s": {m: 1e-5 for m in check.MODES},
+             "host_split_s": {"dispatch": 1e-5, "flag_read": 0.0}}
+        if lax:
+            r.update({"default/lax-checked blocked": blk, "default/lax-checked pipelined": pip,
+                      "lax-checked/promise blocked": 1.5, "lax-checked/promise pipelined": 2.5})
+        return r
+    record = {"device": {"kind": "cpu"}, "size": "quick", "pipeline": 10,
+              "lax_checked_limit": 1.10,
+              "results": [row("W1", 1.05, 1.20), row("W4", 1.30, 0.90), row("W7", 0, 0, False)]}
+    text = check.table(record)
+    assert "limit 1.10" in text
+    assert re.search(r"def/lax-checked blk +def/lax-checked pip", text)
+    lines = text.splitlines()
+    start = next(n for n, ln in enumerate(lines) if "def/lax-checked blk" in ln)
+    w1, w4 = lines[start + 1], lines[start + 2]
+    assert re.search(r"^W1 .* 1\.05 +1\.20 over +1\.50 +2\.50$", w1), w1
+    assert re.search(r"^W4 .* 1\.30 over +0\.90 +1\.50 +2\.50$", w4), w4
+    assert not any(ln.startswith("W7 ") for ln in lines[start:])  # no check, no row
+    # a record from before lax-checked: no such block
+    for r in record["results"]:
+        r.pop("default/lax-checked blocked", None)
+    assert "lax-checked" not in check.table(record)
+
+
+# -- framework steps: xgather.checked(step, jit=J) in jax.jit, nnx.jit, eqx.filter_jit --------
+
+def _framework(name):
+    from xgather_bench import frameworks
+    if name == "nnx.jit":
+        pytest.importorskip("flax.nnx")
+        pytest.importorskip("optax")
+    elif name == "eqx.filter_jit":
+        pytest.importorskip("equinox")
+    if not frameworks.checked_takes_jit():
+        pytest.skip("xgather.checked(jit=...) not landed")
+    return frameworks.framework(name)
+
+
+@pytest.mark.parametrize("name", ["jax.jit", "nnx.jit", "eqx.filter_jit"])
+def test_a_checked_framework_step_equals_the_promise_step_bit_for_bit(name):
+    """xgather.checked(step, jit=J), the op in its default mode, 3 steps from the same start
+    as J(step) in promise: the same losses and parameters, bit for bit; and the steps
+    trained (the parameters moved, the loss fell)."""
+    import jax
+
+    from xgather_bench import frameworks
+    fw = _framework(name)
+    a = frameworks.arrays("quick")
+    got = frameworks.differential(fw, a, jax.devices()[0], steps=3)
+    (loss_c, params_c), (loss_p, params_p) = got["checked"], got["promise"]
+    assert len(loss_c) == len(loss_p) == 3
+    for x, y in zip(loss_c, loss_p, strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert set(params_c) == set(params_p) == {"table", "w", "b"}
+    for k in params_c:
+        np.testing.assert_array_equal(params_c[k], params_p[k], err_msg=k)
+        assert not np.array_equal(params_c[k], a[k]), k  # the update ran
+    assert loss_c[2] < loss_c[0]
+    assert frameworks.bitwise_equal(got)
+
+
+def test_a_bad_id_in_a_checked_framework_step_is_raised():
+    import jax
+
+    import xgather
+    from xgather_bench import frameworks
+    fw = _framework("jax.jit")
+    a = frameworks.arrays("tiny")
+    a["ids"][3] = frameworks.SIZES["tiny"]["vocab"]
+    with pytest.raises(xgather.OutOfBoundsError):
+        frameworks.differential(fw, a, jax.devices()[0], steps=2)
+    xgather.raise_if_error()  # reported once
+
+
+def test_the_frameworks_table_marks_what_is_over_its_limits():
+    from xgather_bench import frameworks
+
+    def row(name, ratio, extra_us, same=True):
+        return {"framework": name, "bitwise_equal": same, "ratio": ratio, "spread": 0.01,
+                "median_s": {"promise": 1e-3, "checked": ratio * 1e-3},
+                "over": ratio > frameworks.RATIO_LIMIT,
+                "host_call_s": {"promise": 1e-5, "checked": 1e-5 + extra_us * 1e-6},
+                "host_extra_us": extra_us,
+                "host_over": name == "jax.jit" and extra_us > frameworks.HOST_LIMIT_US}
+    record = {"device": {"kind": "cpu"}, "size": "quick", "shapes": frameworks.SIZES["quick"],
+              "pipeline": 10, "limits": {"ratio": 1.05, "host_extra_us": 3.0,
+                                         "host_limit_applies_to": "jax.jit"},
+              "results": [row("jax.jit", 1.02, 5.0), row("nnx.jit", 1.10, 40.0, False),
+                          {"framework": "eqx.filter_jit", "skipped": "equinox not installed"}]}
+    lines = frameworks.table(record).splitlines()
+    assert "limit 1.05" in lines[1] and "+3 us for jax.jit" in lines[1]
+    jj = next(ln for ln in lines if ln.startswith("jax.jit "))
+    nn = next(ln for ln in lines if ln.startswith("nnx.jit "))
+    assert re.search(r" 1\.020 +1\.0% .* \+5\.0 over +same$", jj), jj
+    assert re.search(r" 1\.100 over +1\.0% .* \+40\.0 +DIFFER$", nn), nn
+    assert "eqx.filter_jit   skipped: equinox not installed" in lines
+
+
+def test_the_frameworks_bench_end_to_end(tmp_path, capsys):
+    """xgather-bench frameworks --quick: each framework's pair in paired rounds, its host
+    times and the bitwise check; in --help; unknown frameworks refused."""
+    from xgather_bench import frameworks
+    from xgather_bench.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0 and "xgather-bench frameworks" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["frameworks", "--frameworks", "jax.jit,keras"])
+    assert e.value.code == 2 and "unknown frameworks ['keras']" in capsys.readouterr().err
+    _framework("jax.jit")
+    out = tmp_path / "frameworks.json"
+    assert main(["frameworks", "--quick", "--repeats", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    rec = json.loads(out.read_text())
+    assert rec["schema"] == frameworks.SCHEMA and rec["pipeline"] == 10
+    assert rec["limits"] == {"ratio": 1.05, "host_extra_us": 3.0,
+                             "host_limit_applies_to": "jax.jit"}
+    assert [r["framework"] for r in rec["results"]] == list(frameworks.FRAMEWORKS)
+    for r in rec["results"]:
+        if "skipped" in r:
+            assert frameworks.missing(r["framework"]) == r["skipped"]
+            continue
+        assert r["rounds"] == 2 and r["bitwise_equal"] is True
+        assert set(r["samples_s"]) == set(r["host_call_s"]) == {"checked", "promise"}
+        assert r["ratio"] == pytest.approx(stats.paired_ratio(
+            [s * 10 for s in r["samples_s"]["checked"]],
+            [s * 10 for s in r["samples_s"]["promise"]]))
+        row = next(ln for ln in text.splitlines() if ln.startswith(r["framework"] + " "))
+        assert f"{r['ratio']:.3f}" in row.split()
