@@ -851,3 +851,15 @@ def test_checked_on_jax_jit_equals_the_jit_in_promise_with_static_and_donated_ar
     old = w1
     mine(w1, table, ids, scale=1.0)
     assert old.is_deleted()  # donated, as jax.jit donates
+
+
+def test_a_sync_call_after_a_slow_failing_call_loses_neither_failure():
+    slow = xgather.checked(lambda d, i: G(d, i) + jnp.linalg.norm(
+        jnp.ones((600, 600)) @ jnp.ones((600, 600))))
+    now = xgather.checked(lambda d, i: G(d, i, axis=1), sync=True)
+    slow(DATA, np.array([8]))  # not ready yet when the sync call starts
+    with pytest.raises(xgather.OutOfBoundsError, match="index 8 .*data axis 0"):
+        now(DATA, np.array([9]))
+    with pytest.raises(xgather.OutOfBoundsError, match="index 9 .*data axis 1"):
+        now(DATA, np.array([9]))  # its own, at its own call: it had not run
+    xgather.raise_if_error()

@@ -395,8 +395,9 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
         nonlocal on_host
         _dtypes.check_jit_arguments(name, args, kwargs, static)
         queue = _queue()
-        if queue.count:
-            _settle(queue, MAX_PENDING - 1)
+        now = sync or _sync_all
+        if queue.count:  # a sync call raises older failures first, before it runs
+            _settle(queue, 0 if now else MAX_PENDING - 1)
         if _exporting(args):  # an exporter traces the call: fn's ops export with their checks
             return fn(*args, **kwargs)
         (flag, leaves), out = program(*args, **kwargs)
@@ -411,9 +412,7 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
             return fn(*args, **kwargs)  # an outer checkify takes the checks over
         counts = queue.calls
         number = counts[name_key] = counts.get(name_key, 0) + 1
-        if sync or _sync_all:
-            if queue.count:
-                _settle(queue, 0)  # older failures first
+        if now:
             if _check.flag_set(flag):
                 try:
                     _raise(_Pending(flag, leaves, name, number), deferred=False)
