@@ -3,6 +3,7 @@ with which report; exact results for every legal index; the user's own checkify,
 default mode and wrappers; flax.nnx and equinox training steps."""
 
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -863,3 +864,66 @@ def test_a_sync_call_after_a_slow_failing_call_loses_neither_failure():
     with pytest.raises(xgather.OutOfBoundsError, match="index 9 .*data axis 1"):
         now(DATA, np.array([9]))  # its own, at its own call: it had not run
     xgather.raise_if_error()
+
+
+# -- every input answered as the eager ops answer it -------------------------------------------
+
+def test_inputs_under_checked_as_the_eager_ops_read_them():
+    f = xgather.checked(lambda d, i: G(d, i))
+    idx = np.array([1, -1])
+    want = reference.gather(DATA, idx)
+    for d, i in ((DATA.astype(">f4"), idx), (DATA, idx.astype(">i8").astype(">i4"))):
+        np.testing.assert_array_equal(np.asarray(f(d, i)), want)  # other byte orders
+    with pytest.raises(xgather.XGatherTypeError, match="argument 1 is a NumPy masked array"):
+        f(DATA, np.ma.masked_array(idx, mask=[0, 1]))
+    with pytest.raises(xgather.XGatherTypeError, match="argument 0, a NumPy array of <U1, "
+                                                       "cannot be traced by a jit"):
+        f(np.array(["a", "b", "c"]), np.array([1]))
+    big = 2**40
+    with pytest.raises(xgather.XGatherTypeError if not jax.config.jax_enable_x64
+                       else xgather.OutOfBoundsError, match=rf"argument 1, a Python int, does "
+                       rf"not fit int32|index {big}"):
+        f(DATA, big)
+        xgather.raise_if_error()
+
+
+def test_torch_tensors_under_checked_are_read_at_each_call():
+    torch = pytest.importorskip("torch")
+    f = xgather.checked(lambda d, i: G(d, i))
+    ids = torch.tensor([0, 2])
+    np.testing.assert_array_equal(np.asarray(f(DATA, ids)), DATA[[0, 2]])
+    ids[1] = -1  # written in place: seen by the next call
+    np.testing.assert_array_equal(np.asarray(f(DATA, ids)), DATA[[0, 2]])
+    ids[0] = 7  # a bad index written in place is checked
+    f(DATA, ids)
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 7 at indices\[0\]"):
+        xgather.raise_if_error()
+    table = torch.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(np.asarray(f(-table, np.array([1]))), -DATA[[1]])
+    np.testing.assert_array_equal(np.asarray(f(torch.neg(table).conj(), np.array([2]))),
+                                  -DATA[[2]])
+
+
+def test_a_users_own_checkify_inside_checked_gets_the_full_report():
+    def inner(d, i):
+        return checkify.checkify(lambda: G(d, i), errors=checkify.user_checks)()
+    err, _ = xgather.checked(inner)(DATA, np.array([5]))
+    msg = err.get()
+    assert "xgather report of site" not in msg
+    assert re.search(r"onnx.Gather-13: index 5 at indices\[0\] is out of range \[-3, 2\]", msg)
+
+
+def test_clear_caches_empties_the_check_tables_once_no_flag_is_pending():
+    from xgather import _check, _checked
+    f = xgather.checked(lambda d, i: G(d, i))
+    f(DATA, np.array([1]))
+    f(DATA, np.array([9]))  # pending: the tables stay
+    xgather.clear_caches()
+    assert len(_check._sites) and len(_checked._layouts)
+    with pytest.raises(xgather.OutOfBoundsError, match="index 9"):  # still readable
+        xgather.raise_if_error()
+    xgather.clear_caches()
+    assert len(_check._sites) == len(_checked._layouts) == 0
+    f(DATA, np.array([8]))  # traced again: new numbers
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 8 at indices\[0\]"):
+        xgather.raise_if_error()

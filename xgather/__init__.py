@@ -1,9 +1,16 @@
 """xgather: the gather operators of ONNX, OpenVINO, BNNS and LabVIEW, exactly, in JAX."""
 
 from xgather import bnns, labview, onnx, openvino, sharded
-from xgather._checked import MAX_PENDING, READ_GROUP, checked, raise_if_error, sync_checks
+from xgather._checked import (
+    MAX_PENDING,
+    READ_GROUP,
+    checked,
+    clear_caches,
+    raise_if_error,
+    sync_checks,
+)
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherError, XGatherTypeError
-from xgather._frontend import clear_caches, explain
+from xgather._frontend import explain
 from xgather._lower import lowering
 from xgather._modes import MODES, default_mode, set_default_mode
 from xgather._plan import Plan

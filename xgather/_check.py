@@ -220,7 +220,7 @@ def _device_checker(plan):
     def check(indices):
         with TRACING.traced_as("yes"):  # the compact report (``_site``)
             emit(plan, indices)
-    program = jax.jit(checkify.checkify(check, errors=checkify.user_checks))
+    program = jax.jit(checkify.checkify(check, errors=CHECKED_ERRORS))
 
     def run(indices) -> None:
         msg = program(indices)[0].get()
@@ -274,7 +274,8 @@ def emit(plan, indices, where: str | None = None):
     count, first = _count_first(plan, indices)
     bad = lax.gt(count, np.zeros((), count.dtype))
     where = call_site() if where is None else where
-    if TRACING.value == "yes":  # in lax ops, as _count_first
+    if TRACING.value == "yes" and _jaxprivate.checkify_errors() is CHECKED_ERRORS:
+        # checked's own checkify (not a user's inside it): in lax ops, as _count_first
         dtype = indices.dtype
         value = lax.dynamic_slice(lax.reshape(indices, (indices.size,)), (first,), (1,))
         report = lax.concatenate([lax.broadcast(lax.convert_element_type(count, dtype), (1,)),
@@ -306,6 +307,14 @@ class _Numbered:
 
     def __getitem__(self, number: int):
         return self._things[number]
+
+    def __len__(self) -> int:
+        return len(self._things)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._numbers.clear()
+            self._things.clear()
 
 
 _SITE = "xgather report of site "  # a compact report's message: the site, then 3 values
@@ -386,6 +395,11 @@ def traced(op: str) -> None:
             "the loop, take the derivative inside the loop body, or choose mode=\"clip\", "
             "\"fill\" or \"promise_in_bounds\""), stacklevel=level)
 
+
+#: The error set [`checked`][xgather.checked]'s own checkify runs with: user checks, as an
+#: object of its own, so that a check knows its innermost checkify is checked's (and
+#: sends the compact report, which only checked formats) and not a user's inside it.
+CHECKED_ERRORS = frozenset(list(checkify.user_checks))  # a new object, equal in value
 
 #: Whether [`checked`][xgather.checked] is tracing (``xgather._modes.TraceState``): part of
 #: the trace context, so that a function jitted inside ``fn`` keeps the traces made there

@@ -413,63 +413,84 @@ def _cut_by_jit(x) -> tuple[int, tuple[int, ...]] | None:
     return int(x.ravel()[flat]), tuple(int(k) for k in np.unravel_index(flat, x.shape))
 
 
-#: The argument types that jax.jit may cut (the 64-bit integer ones: arrays by dtype).
-_NUMPY = frozenset({np.ndarray, np.int64, np.uint64, np.longlong, np.ulonglong})
-#: Argument types that are no NumPy array or integer (looked up before ``isinstance``).
-_NOT_NUMPY = frozenset({_jaxprivate.ARRAY_IMPL, int, float, bool, complex, str, type(None),
-                        dict, list, tuple, np.float32, np.float64, np.int32, np.bool_})
+def jit_arguments(fn_name: str, args, kwargs, static=()):
+    """A checked function's arguments as the eager ops would read them, or their errors,
+    before the user's jit sees them: ``(args, kwargs)``.
 
-
-def _numpy(x) -> bool:
-    """Whether ``x`` is a NumPy array or 64-bit integer, its subclasses (``np.memmap``)
-    among them."""
-    t = type(x)
-    return t in _NUMPY or (t not in _NOT_NUMPY
-                           and isinstance(x, np.ndarray | np.int64 | np.uint64))
-
-
-def check_jit_arguments(fn_name: str, args, kwargs, static=()) -> None:
-    """With x64 off, ``jax.jit`` cuts a 64-bit NumPy integer argument to 32 bits, which
-    changes a value beyond that type (``2**32 + 1`` becomes ``1``, a valid row) without a
-    word: such an argument of a checked function is an ``XGatherTypeError`` at the call.
-    Arguments at the top level are seen, and the values of a dict, list or tuple there
-    (a batch of ids in a dict), not deeper: a whole tree's leaves would cost every call
-    a flatten. ``static``: positions and names not traced."""
+    Arguments at the top level are looked at, and the values of a dict, list or tuple
+    there (a batch of ids in a dict), not deeper: a whole tree's leaves would cost every
+    call a flatten. JAX arrays go through as they are (the common call: one type test
+    each). Torch tensors and other array objects are read as arrays at each call
+    (``foreign_input``), NumPy arrays in another byte order are converted, masked arrays
+    and strings are refused, and so are integers that the jit would cut: with x64 off,
+    ``jax.jit`` cuts a 64-bit NumPy integer to 32 bits (``2**32 + 1`` becomes ``1``, a
+    valid row) without a word. ``static``: positions and names the jit does not trace.
+    """
     for x in args:
-        if _numpy(x) or (type(x) in _CONTAINERS and _holds_numpy(x)):
+        if type(x) is not _JAX_ARRAY:
             break
     else:
         if not kwargs:
-            return
-    if x64():
-        return
-    for where, x in (*enumerate(args), *kwargs.items()):
-        if where in static:
-            continue
-        name = f"argument {where}" if isinstance(where, int) else f"argument {where!r}"
-        if type(x) in _CONTAINERS:
-            for key, v in (x.items() if type(x) is dict else enumerate(x)):
-                _check_cut(fn_name, f"{name}[{key!r}]", v)
-        else:
-            _check_cut(fn_name, name, x)
+            return args, kwargs
+    where = f"xgather.checked({fn_name})"
+    args = tuple(x if i in static else _jit_argument(where, f"argument {i}", x)
+                 for i, x in enumerate(args))
+    kwargs = {k: x if k in static else _jit_argument(where, f"argument {k!r}", x)
+              for k, x in kwargs.items()}
+    return args, kwargs
 
 
+_JAX_ARRAY = _jaxprivate.ARRAY_IMPL
 _CONTAINERS = frozenset({dict, list, tuple})
+_AS_IS = frozenset({_JAX_ARRAY, float, bool, complex, str, type(None), np.float32, np.bool_})
 
 
-def _holds_numpy(x) -> bool:
-    return any(_numpy(v) for v in (x.values() if type(x) is dict else x))
+def _jit_argument(where: str, name: str, x):
+    kind = type(x)
+    if kind in _AS_IS:
+        return x
+    if kind in _CONTAINERS:
+        items = list(x.items() if kind is dict else enumerate(x))
+        values = [_jit_value(where, f"{name}[{k!r}]", v) for k, v in items]
+        if all(v is w for (_, v), w in zip(items, values, strict=True)):
+            return x
+        return dict(zip(x, values, strict=True)) if kind is dict else kind(values)
+    return _jit_value(where, name, x)
 
 
-def _check_cut(fn_name: str, name: str, x) -> None:
+def _jit_value(where: str, name: str, x):
+    if type(x) in _AS_IS or isinstance(x, jax.core.Tracer):
+        return x
+    if isinstance(x, int) and not isinstance(x, bool):
+        bits = 64 if x64() else 32
+        if not -2**(bits - 1) <= x < 2**(bits - 1):
+            fail(where, f"{name}, a Python int, does not fit int{bits}, the type jax.jit "
+                 "gives it" + (" while jax_enable_x64 is off (turn it on, or pass values "
+                               "that fit)" if bits == 32 else ""),
+                 repr(x), kind=XGatherTypeError)
+        return x
+    if not (isinstance(x, np.ndarray | np.generic) or hasattr(x, "__dlpack__")
+            or hasattr(x, "__array__")):
+        return x  # not an array (a module, a function): the jit's own rules
+    x = foreign_input(where, name, x)
+    if isinstance(x, np.ndarray | np.generic):
+        if x.dtype.kind in "USO":
+            fail(where, f"{name}, a NumPy array of {x.dtype}, cannot be traced by a jit; "
+                 "gather such data eagerly (the ops take it outside a jit, on the host)",
+                 str(x.dtype), kind=XGatherTypeError)
+        _check_cut(where, name, x)
+    return x
+
+
+def _check_cut(where: str, name: str, x) -> None:
     """Raise where ``x`` is a 64-bit NumPy integer that ``jax.jit`` would cut."""
-    if _numpy(x) and x.dtype.itemsize == 8 and x.dtype.kind in "iu":
+    if x.dtype.itemsize == 8 and x.dtype.kind in "iu" and not x64():
         bad = _cut_by_jit(np.asarray(x))
         if bad is not None:
             value, at = bad
             cut = int(np.asarray(value, x.dtype).astype(_narrow(x.dtype)))
             kind = f"NumPy {x.dtype} array" if isinstance(x, np.ndarray) else f"NumPy {x.dtype}"
-            fail(f"xgather.checked({fn_name})", f"{name}, a {kind}, is cut to 32 bits by "
+            fail(where, f"{name}, a {kind}, is cut to 32 bits by "
                  "jax.jit while jax_enable_x64 is off, and its value "
                  f"{value}{f' at {list(at)}' if at else ''} would become {cut}. Pass it as "
                  "int32 or as a JAX array, or turn jax_enable_x64 on",

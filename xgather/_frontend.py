@@ -347,22 +347,8 @@ def _no_host_path(plan, data, where: str) -> NoReturn:
 
 
 def clear_caches() -> None:
-    """Forget every plan, jitted function and eager call path xgather has cached, and the
-    compiled programs they hold.
-
-    An eager call keeps, per signature (op, shapes, dtypes, attributes), the jitted
-    function it ran and so its compiled program: on XLA:CPU about 1.5 MiB for a small
-    gather, more for large ones. The signatures are capped at 2048 (the cache then starts
-    afresh), as are the jitted functions per plan, so a process that calls the ops on
-    thousands of distinct shapes can hold a few GiB of programs (2,000 shapes: about
-    3 GiB). This frees them; later calls compile again. Programs that JAX's own caches
-    hold for your jitted functions are JAX's (``jax.clear_caches()``).
-
-    Examples:
-        >>> import numpy as np, xgather
-        >>> out = xgather.onnx.gather(np.arange(4.0), np.array([1]))
-        >>> xgather.clear_caches()
-    """
+    """Forget every plan, jitted function and eager call path cached here
+    ([`xgather.clear_caches`][xgather.clear_caches] says more)."""
     for cache in (_apply.program, _plan._take_plan, _plan._nd_plan,
                   _plan._elements_plan):
         cache.cache_clear()
