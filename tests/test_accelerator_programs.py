@@ -20,8 +20,7 @@ times the cost.) The StableHLO text must hold no ``stablehlo.case``, ``stablehlo
 target names a callback (``xla_ffi_python_gpu_callback`` and the like). A host callback
 cannot even be lowered for another platform than this machine's (JAX lowers it through the
 local backend): that refusal is reported as a host callback (``lowered``). Nothing is
-compiled or run, except in the value tests at the end and in one small CPU compile that
-shows XLA folding the exemption below.
+compiled or run, except in the value tests at the end.
 
 What is lowered, per op (every op of every frontend, small and GPU-sized, with 32-bit and
 64-bit indices), with the ``"gpu"`` and the ``"tpu"`` choices:
@@ -50,22 +49,15 @@ What is lowered, per op (every op of every frontend, small and GPU-sized, with 3
 * ``checked``'s own small programs: the stacking of a group's flags (``_heads``) and the
   check of indices other processes hold part of (``_device_checker``).
 
-Exemptions (``EXEMPT``): one, for 64-bit indices alone. ``xgather._indices.saturate_64``
-picks the saturation of 64-bit indices with ``lax.platform_dependent`` (so that an exported
-program is exact on every platform); JAX lowers a ``platform_dependent`` as two
-``stablehlo.case`` ops even for one lowering platform (``_cond_lowering`` in
-``jax/_src/lax/control_flow/conditionals.py``: a case on the constant platform index that
-maps it to the kept branch, then a case over the kept branches). Their branch index is a
-compile-time constant, so XLA's ``ConditionalSimplifier`` (in the GPU and TPU pipelines as in
-the CPU's) inlines them: no branch is left to run, and no predicate is read on the host
-(``test_the_platform_choice_of_64_bit_indices_leaves_no_branch_to_run`` compiles one on the
-CPU to show it). Only such cases are exempt (their index a constant, or the result of a case
-on a constant whose branches return constants: ``round_trips``), and only in programs with
-64-bit indices; in every other program any ``stablehlo.case`` fails the test.
+No exemptions, with 64-bit indices too: ``xgather._indices.saturate_64`` saturates them
+into int32 with a plain clamp on every platform (XLA:CPU and XLA:GPU both keep only the low
+32 bits of a 64-bit index), so no ``lax.platform_dependent`` and none of its cases are left
+in any program, and the GPU's programs hold the clamp
+(``test_64_bit_indices_are_saturated_on_every_platform``).
 
 The negative controls (``test_the_cpu_choices_do_branch``, ``test_the_detector_sees_...``)
 show that the check fails where a program does branch, loop or call the host, with 64-bit
-indices too (the exemption hides no real branch).
+indices too.
 """
 
 from __future__ import annotations
@@ -100,64 +92,15 @@ FILL = -1.5
 #: predicate is read on the host by XLA:GPU; the others move data to or from the host.
 FORBIDDEN = ("stablehlo.case", "stablehlo.if", "stablehlo.while", "stablehlo.send",
              "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed")
-#: A ``lax.platform_dependent``'s case: see ``round_trips``.
-STATIC_CASE = "stablehlo.case on a constant branch index"
-#: What may appear anyway, and where: finding -> (index bits of the programs it may appear
-#: in, the reason). See the module docstring.
-EXEMPT = {
-    STATIC_CASE: (64, "lax.platform_dependent in xgather._indices.saturate_64 (the saturation "
-                      "of 64-bit indices, chosen per lowering platform): JAX lowers it as "
-                      "cases on the constant platform index even for one platform, which "
-                      "XLA's ConditionalSimplifier inlines at compile time"),
-}
-
-_CASE = re.compile(r'^(\s*)(%[\w.#:]+) = "stablehlo\.case"\((%[\w.#]+)\)')
-_CONSTANT = re.compile(r"^\s*(%[\w.]+) = stablehlo\.constant ")
-_RETURN = re.compile(r"^\s*stablehlo\.return (.*?) :")
 _TARGET = re.compile(r'custom_call\s*@([\w.$-]+)|call_target_name\s*=\s*"([^"]+)"')
 
 
 def round_trips(text: str) -> list[str]:
-    """What in the StableHLO ``text`` makes a host round trip, one entry per op found.
-
-    A ``stablehlo.case`` whose branch index is known when the program is compiled (a
-    constant, or the result of such a case whose branches return constants) is reported as
-    ``STATIC_CASE``: that is how JAX lowers ``lax.platform_dependent`` for one platform.
-    Value names are scoped per function; the printer writes a case's regions one op a
-    line, closing with ``}) :`` at the case's indentation.
-    """
+    """What in the StableHLO ``text`` makes a host round trip, one entry per op found
+    (every ``stablehlo.case``, whatever its branch index)."""
     found = []
-    lines = text.splitlines()
-    constants: set[str] = set()
-    for at, line in enumerate(lines):
-        if "func.func" in line:
-            constants = set()
-        if m := _CONSTANT.match(line):
-            constants.add(m.group(1))
-            continue
-        m = _CASE.match(line)
-        if m is None:
-            continue
-        indent, result, index = m.groups()
-        if index not in constants:
-            found.append("stablehlo.case")
-            continue
-        found.append(STATIC_CASE)
-        returned, inner, local = [], indent + "  ", set()  # the branches' own ops
-        for body in lines[at + 1:]:
-            if body.startswith(indent + "}) :"):
-                break
-            if not body.startswith(inner) or body.startswith(inner + " "):
-                continue  # the closing of a branch, or an op nested deeper
-            if c := _CONSTANT.match(body):
-                local.add(c.group(1))
-            elif r := _RETURN.match(body):
-                returned += [v.strip() for v in r.group(1).split(",")]
-        if ":" not in result and returned and all(v in constants | local for v in returned):
-            constants.add(result)  # its value is a constant too
     for op in FORBIDDEN:
-        if op != "stablehlo.case":
-            found += [op] * len(re.findall(re.escape(op) + r"\b", text))
+        found += [op] * len(re.findall(re.escape(op) + r"\b", text))
     for target in (a or b for a, b in _TARGET.findall(text)):
         if "callback" in target.lower():
             found.append(f"host callback {target}")
@@ -184,13 +127,12 @@ class Program:
     structs: tuple
 
 
-def assert_no_round_trips(programs: list[Program], platform: str, bits: int = 32) -> int:
-    """Lower every program for ``platform``; fail with every finding that ``EXEMPT`` does
-    not allow in programs of ``bits``-bit indices. Returns how many were lowered."""
+def assert_no_round_trips(programs: list[Program], platform: str) -> int:
+    """Lower every program for ``platform``; fail with every finding. Returns how many were
+    lowered."""
     failures = {}
     for p in programs:
-        found = [f for f in round_trips(lowered(p.fn, p.structs, platform))
-                 if f not in EXEMPT or EXEMPT[f][0] != bits]
+        found = round_trips(lowered(p.fn, p.structs, platform))
         if found:
             failures[p.label] = sorted(set(found))
     assert not failures, (f"host round trips in {len(failures)} of {len(programs)} programs "
@@ -327,31 +269,31 @@ def x64():
 @pytest.mark.parametrize("platform", ACCELERATORS)
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_sixty_four_bit_indices_stay_on_the_device(case, platform, x64):
-    """int64 indices take ``saturate_64``'s ``lax.platform_dependent``: its static cases
-    (``EXEMPT``) and nothing else, at the GPU size."""
+    """int64 indices are saturated by a plain clamp (``saturate_64``): no ``stablehlo.case``
+    or any other round trip, at the GPU size."""
     structs = case.structs("large", np.int64)
     with xgather.lowering(platform):
         programs = op_programs(case, structs, grads=False)
         # and a gradient (fill's: the scatter-add drops the slots out of range)
         programs += [p for p in op_programs(case, structs, modes=("fill",))
                      if p.label.startswith("grad")]
-        assert_no_round_trips(programs, platform, bits=64)
+        assert_no_round_trips(programs, platform)
 
 
-def test_the_platform_choice_of_64_bit_indices_leaves_no_branch_to_run(x64):
-    """The exemption's evidence: ``saturate_64`` clamps on the CPU and not on an accelerator,
-    chosen when the program is lowered (the same trace, with the GPU's choices, lowered for
-    each platform); its cases branch on a constant, which XLA inlines when it compiles."""
+def test_64_bit_indices_are_saturated_on_every_platform(x64):
+    """``saturate_64`` clamps on every platform (XLA:CPU and XLA:GPU both keep only the low
+    32 bits of a 64-bit index): the same trace, with each platform's choices, lowered for
+    each platform, holds the clamp and no case."""
     structs = (S((6, 9), np.float32), S((6, 9), np.int64))
-    with xgather.lowering("gpu"):
-        f = jax.jit(lambda d, i: xgather.onnx.gather_elements(d, i, 1,
-                                                              mode="promise_in_bounds"))
-        saturates = {p: "stablehlo.clamp" in lowered(f, structs, p) for p in RUNTIME}
-        cases = round_trips(lowered(f, structs, "gpu"))
-        compiled = f.trace(*structs).lower().compile().as_text()  # this CPU's XLA
-    assert saturates == {"cpu": True, "gpu": False, "tpu": False}
-    assert cases and set(cases) == {STATIC_CASE}
-    assert "conditional" not in compiled
+    for choices in ("cpu", *ACCELERATORS):
+        with xgather.lowering(choices):
+            f = jax.jit(lambda d, i: xgather.onnx.gather_elements(d, i, 1,
+                                                                  mode="promise_in_bounds"))
+            texts = {p: lowered(f, structs, p) for p in RUNTIME}
+        assert {p: "stablehlo.clamp" in t for p, t in texts.items()} == dict.fromkeys(
+            RUNTIME, True), choices
+        assert {p: round_trips(t) for p, t in texts.items()} == dict.fromkeys(RUNTIME, []), \
+            choices
 
 
 # -- the sharded gather -----------------------------------------------------------------------
@@ -450,9 +392,9 @@ def test_checkeds_own_programs_stay_on_the_device():
 
 def test_an_export_holds_what_the_lowering_holds(x64):
     """``jax.export`` for one platform (a serialised program) holds the same findings as the
-    lowering the tests read: none with 32-bit indices, the exempt ones with 64-bit."""
+    lowering the tests read: none, with 32-bit and with 64-bit indices."""
     case = CASES[CASE_IDS.index("onnx.gather_elements")]
-    for index, want in ((np.int32, set()), (np.int64, {STATIC_CASE})):
+    for index in (np.int32, np.int64):
         structs = case.structs("large", index)
         for platform in ACCELERATORS:
             with xgather.lowering(platform):
@@ -460,9 +402,8 @@ def test_an_export_holds_what_the_lowering_holds(x64):
                     exported = jax.export.export(p.fn, platforms=[RUNTIME[platform]])(
                         *p.structs).mlir_module()
                     found = round_trips(exported)
-                    assert set(found) == want, (platform, index, p.label, found)
-                    assert sorted(found) == sorted(round_trips(lowered(p.fn, p.structs,
-                                                                       platform)))
+                    assert found == [], (platform, index, p.label, found)
+                    assert round_trips(lowered(p.fn, p.structs, platform)) == []
 
 
 # -- the negative controls: the check fails where a program branches --------------------------
@@ -470,20 +411,20 @@ def test_an_export_holds_what_the_lowering_holds(x64):
 @pytest.mark.parametrize("bits", [32, 64])
 def test_the_cpu_choices_do_branch(bits):
     """At the GPU size, the CPU's choices put the wrap in a branch (a real one: its index is
-    computed from the indices), and the check says so; with 64-bit indices beside the
-    exempt cases of ``saturate_64``."""
+    computed from the indices), and the check says so; with 64-bit indices too (their
+    saturation adds no case of its own)."""
     case = CASES[CASE_IDS.index("onnx.gather_elements")]
     with jax.enable_x64(bits == 64):
         structs = case.structs("large", np.int64 if bits == 64 else np.int32)
         with xgather.lowering("cpu"):
             assert xgather.explain(case.op, *structs, *case.args).wrap_pass == "gather"
             clip = jax.jit(lambda d, i: case.op(d, i, *case.args, mode="clip"))
-            found = round_trips(lowered(clip, structs, "cpu"))
-            assert "stablehlo.case" in found
-            assert (STATIC_CASE in found) == (bits == 64)
+            text = lowered(clip, structs, "cpu")
+            assert round_trips(text) == ["stablehlo.case"]  # the wrap's branch alone
+            assert ("stablehlo.clamp" in text) == (bits == 64)  # saturate_64
             with pytest.raises(AssertionError, match=r"host round trips in 1 of 1 .*"
                                                      r"\['stablehlo\.case'\]"):
-                assert_no_round_trips([Program("clip", clip, structs)], "cpu", bits)
+                assert_no_round_trips([Program("clip", clip, structs)], "cpu")
 
 
 def test_the_detector_sees_branches_loops_and_callbacks():

@@ -454,7 +454,74 @@ def test_each_platform_takes_its_choices(platform):
     assert inner.lowering == ("vmap+row_batching" if platform == "cpu" else "vmap")
     assert elems.lowering == "batching_dims"
     assert ("float32 max" in str(inner)) == (platform == "cpu")
-    assert _lower.choices(platform).clamps_64 == (platform == "cpu")
+
+
+#: 64-bit indices beyond int32, then in range: XLA:CPU and XLA:GPU (an H200, jax 0.11.2)
+#: keep only the low 32 bits of such an index (``2**32 + 5`` would read row 5, ``2**40``
+#: row 0), so every platform's choices saturate them into int32 first.
+_WIDE = np.array([2**32 + 5, 2**40, -2**40, np.iinfo(np.int64).min, np.iinfo(np.int64).max,
+                  2**31, -2**31 - 1, 3, -2], np.int64)
+_WIDE_U = np.array([2**64 - 1, 2**32 + 2, 2**40, 2**31, 3], np.uint64)
+#: (name, op, indices, the loops, the op's name in messages)
+_WIDE_OPS = [("onnx.gather", G, _WIDE, ref.gather, "onnx.Gather-13"),
+             ("onnx.gather_nd", ND, _WIDE[:, None], ref.gather_nd, "onnx.GatherND-13"),
+             ("onnx.gather_elements", EL, _WIDE, ref.gather_elements,
+              "onnx.GatherElements-13"),
+             ("openvino.gather, uint64", lambda d, i, **kw: xgather.openvino.gather(d, i, 0, **kw),
+              _WIDE_U, ref.gather, "openvino.Gather-8")]
+
+
+@pytest.mark.parametrize("mode", ["error", "clip", "fill", "promise_in_bounds"])
+@pytest.mark.parametrize("platform", _lower.PLATFORMS)
+def test_64_bit_indices_beyond_int32_stay_out_of_range_with_every_platforms_choices(
+        platform, mode):
+    """With x64 on, each platform's choices give the loops' results for 64-bit indices
+    beyond int32 (eagerly on NumPy and device indices, and under ``jax.jit``; ``"error"``
+    reports the index as given, ``"promise_in_bounds"`` takes the in-range ones)."""
+    data = np.arange(10, dtype=np.float32)
+    kw = dict(mode=mode, fill_value=-1.0) if mode == "fill" else dict(mode=mode)
+    with jax.enable_x64(True), xgather.lowering(platform):
+        for name, op, idx, loops, spec in _WIDE_OPS:
+            if mode == "promise_in_bounds":
+                inside = (idx.astype(object) < 10) & (idx.astype(object) >= -10)
+                idx = idx[inside.reshape(len(idx), -1).all(axis=1)]
+            f = jax.jit(lambda d, i, op=op: op(d, i, **kw))
+            if mode == "error":
+                f = xgather.checked(f, sync=True)
+            runs = {"eager, NumPy indices": lambda i, op=op: op(data, i, **kw),
+                    "eager, device indices": lambda i, op=op: op(data, jnp.asarray(i), **kw),
+                    "jit": lambda i, f=f: f(data, i)}
+            if mode == "error":  # the first index, as given, and how many are out of range
+                bad = int(((idx.astype(object) >= 10) | (idx.astype(object) < -10)).sum())
+                message = (rf"^{re.escape(spec)}: index {int(idx.ravel()[0])} at "
+                           rf"indices\[0(, 0)?\] is out of range .* \({bad} out-of-range")
+                for run in runs.values():
+                    with pytest.raises(OutOfBoundsError, match=message):
+                        run(idx)
+                continue
+            oob = "error" if mode == "promise_in_bounds" else mode
+            want = loops(data, idx.astype(object), oob=oob, fill=-1.0)
+            for how, run in runs.items():
+                got = np.asarray(run(idx))
+                np.testing.assert_array_equal(got, want, err_msg=f"{name}, {how}")
+
+
+@pytest.mark.parametrize("platform", _lower.PLATFORMS)
+def test_programs_for_an_accelerator_saturate_64_bit_indices(platform):
+    """No GPU runs in CI: the program lowered for ``cuda`` (and ``tpu``) from int64 and
+    uint64 indices, with each platform's choices, holds the saturation's clamp, and the
+    same program from int32 indices none."""
+    S = jax.ShapeDtypeStruct
+    with jax.enable_x64(True), xgather.lowering(platform):
+        for name, op, idx, _, _ in _WIDE_OPS:
+            f = jax.jit(lambda d, i, op=op: op(d, i, mode="promise_in_bounds"))
+            for runtime in ("cuda", "tpu"):
+                texts = {dtype: f.trace(S((10,), np.float32), S(idx.shape, dtype)).lower(
+                    lowering_platforms=(runtime,)).as_text()
+                    for dtype in (idx.dtype, np.int32)}
+                assert re.search(r"stablehlo\.clamp .*xu?i64>", texts[idx.dtype]), \
+                    (name, runtime)
+                assert "stablehlo.clamp" not in texts[np.int32], (name, runtime)
 
 
 def test_plans_are_made_for_the_default_backend():

@@ -1,8 +1,8 @@
 """Indices made ready for ``lax.gather``, then the gather: a dtype that counts to every
-axis, negative indices wrapped where the spec says so, 64-bit indices saturated on
-XLA:CPU. Everything here is exact for every legal index: the wrap is never skipped on a
-guess, only where indices cannot be negative (unsigned, or ``negative_indices=False``),
-which is known at trace time.
+axis, negative indices wrapped where the spec says so, 64-bit indices saturated into
+int32's range (on every platform). Everything here is exact for every legal index: the
+wrap is never skipped on a guess, only where indices cannot be negative (unsigned, or
+``negative_indices=False``), which is known at trace time.
 
 "The spec's range" is ``[-s, s-1]`` where negative indices count from the end
 (``plan.negative``), else ``[0, s-1]``.
@@ -168,25 +168,23 @@ def wrap(plan, indices):
 
 
 def saturate_64(plan, indices):
-    """64-bit indices saturated into the int32 range on XLA:CPU (the platforms whose
-    ``xgather._lower`` choices say ``clamps_64``), where every axis fits it.
+    """64-bit indices saturated into the int32 range, on every platform, where every
+    axis fits it.
 
-    XLA:CPU's gather keeps only the low 32 bits of a 64-bit index into a small
-    operand (jax 0.10.2: index ``2**32 + 5`` reads row 5 under ``"fill"``).
-    Saturating first keeps every out-of-range index out of range, on the same
-    side, and in-range indices unchanged. The dtype stays 64-bit, and other
-    platforms (chosen when the program is lowered, so an exported program is exact on
-    each) skip the clamp. Runs after ``wrap``.
+    XLA's gather keeps only the low 32 bits of a 64-bit index into a small operand:
+    XLA:CPU (jax 0.10.2: index ``2**32 + 5`` reads row 5 under ``"fill"``) and XLA:GPU
+    (jax 0.11.2 on an H200: OpenVINO Gather's ``2**40`` read row 0 where the spec says
+    zeros). Saturating first keeps every out-of-range index out of range, on the same
+    side, and in-range indices unchanged, so the clamp is exact on every platform and
+    runs on each (no choice per platform: a program exported for several is the same
+    program on each). The dtype stays 64-bit. Runs after ``wrap``.
     """
     if jnp.dtype(indices.dtype).itemsize != 8 or max(plan.bounds, default=0) >= 2**31:
         return indices
     info = np.iinfo(np.int32)
     low = jnp.asarray(0 if jnp.issubdtype(indices.dtype, jnp.unsignedinteger) else info.min,
                       indices.dtype)
-    clamp = functools.partial(lax.clamp, low, max=jnp.asarray(info.max, indices.dtype))
-    clamped = {name: clamp for platform, chosen in _lower.TABLE.items() if chosen.clamps_64
-               for name in _lower.RUNTIMES[platform]}
-    return lax.platform_dependent(indices, **clamped, default=lambda i: i)
+    return lax.clamp(low, indices, jnp.asarray(info.max, indices.dtype))
 
 
 def ready(plan, indices):

@@ -10,10 +10,6 @@ platform without changing a value. The choices, each exact on every platform:
   assignment handles the transpose there).
 * ``flag``: how the ``"error"`` mode's flag is reduced: ``"float max"`` (XLA:CPU: a
   float32 max, blocked, which a library kernel runs) or ``"any"`` (``jnp.any``).
-* ``clamps_64``: whether 64-bit indices into axes that int32 can count are
-  saturated into the int32 range first (XLA:CPU keeps only their low 32 bits there).
-  Chosen when the program is lowered (``lax.platform_dependent``), so a program
-  exported for several platforms is exact on each.
 * ``element_gather``: how gathers of single elements (GatherElements, and GatherND
   whose index tuples address every axis) are lowered: ``"batching_dims"`` (XLA
   batching dimensions, no index tuples) or ``"linear"`` (one linear index into the
@@ -25,6 +21,10 @@ platform without changing a value. The choices, each exact on every platform:
   only when some index is negative (``wrap_pass``). An accelerator takes ``"fused"``:
   XLA:GPU reads a conditional's predicate on the host, so a branch would make the
   host wait for the device in the middle of the program.
+
+Not a choice: 64-bit indices into axes that int32 can count are saturated into the
+int32 range on every platform (``xgather._indices.saturate_64``), since XLA:CPU and
+XLA:GPU both keep only their low 32 bits.
 
 The platform is JAX's default backend when the plan is made. [`lowering`][xgather.lowering] sets
 another for a block (to trace another platform's choices here, or to choose the element
@@ -62,22 +62,20 @@ class Choices:
     platform: str
     row_batching: bool
     flag: str
-    clamps_64: bool
     element_gather: str = "batching_dims"
     wrap: str = "fused"
 
 
 #: The choices per platform. ``element_gather`` stays ``"batching_dims"`` everywhere until
-#: a GPU measurement shows the linear form paying (``.ci/gpu`` times both).
+#: a GPU measurement shows the linear form paying (``.ci/gpu`` times both; on an H200,
+#: jax 0.11.2, the two were level).
 TABLE = {
-    "cpu": Choices("cpu", row_batching=True, flag="float max", clamps_64=True, wrap="by_size"),
-    "gpu": Choices("gpu", row_batching=False, flag="any", clamps_64=False),
-    "tpu": Choices("tpu", row_batching=False, flag="any", clamps_64=False),
+    "cpu": Choices("cpu", row_batching=True, flag="float max", wrap="by_size"),
+    "gpu": Choices("gpu", row_batching=False, flag="any"),
+    "tpu": Choices("tpu", row_batching=False, flag="any"),
 }
 
 _ALIASES = {"cuda": "gpu", "rocm": "gpu"}
-#: The names ``lax.platform_dependent`` knows each platform by.
-RUNTIMES = {"cpu": ("cpu",), "gpu": ("cuda", "rocm"), "tpu": ("tpu",)}
 
 
 def _env_element_gather() -> dict[str, str]:

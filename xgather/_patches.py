@@ -29,8 +29,8 @@ WATCHED = {
           "bitwise_not", "broadcast", "broadcast_in_dim", "broadcasted_iota", "clamp",
           "complex", "concatenate", "cond", "convert_element_type", "dynamic_index_in_dim",
           "dynamic_slice", "full", "full_like", "gather", "ge", "gt", "iota", "lt", "min",
-          "neg", "platform_dependent", "psum", "psum_scatter", "reduce", "reshape", "select",
-          "slice", "slice_in_dim", "with_sharding_constraint"),
+          "neg", "psum", "psum_scatter", "reduce", "reshape", "select", "slice",
+          "slice_in_dim", "with_sharding_constraint"),
 }
 
 #: What an op traced under an exporter's patches, without xgather's plugin, tells the user.

@@ -290,8 +290,8 @@ def _in_range(plan, idx):
 def _int32(plan, idx):
     """In-range 64-bit indices as int32 where every axis fits it.
 
-    The gather then needs no narrowing of 64-bit indices (``xgather._indices.saturate_64``,
-    a platform-dependent clamp jax2onnx has no plugin for), so x64 exports too.
+    The gather then skips the saturation of 64-bit indices (``xgather._indices.saturate_64``,
+    a clamp on every platform), which in-range indices do not need.
     """
     if jnp.dtype(idx.dtype).itemsize == 8 and max(plan.bounds, default=0) < 2**31:
         return idx.astype(jnp.int32)
