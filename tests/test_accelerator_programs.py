@@ -74,7 +74,7 @@ from jax.sharding import AxisType
 
 import xgather
 from tests import reference as ref
-from xgather import _apply, _check, _gather
+from xgather import _apply, _check, _checked, _gather
 from xgather_bench import steps, systems
 from xgather_bench.workloads import WORKLOADS
 
@@ -141,13 +141,14 @@ def assert_no_round_trips(programs: list[Program], platform: str) -> int:
 
 
 def checked_program(fn):
-    """The jitted program that ``xgather.checked(fn)`` compiles for array arguments (its
-    ``direct``): ``fn`` under checkify with the compact report, and the packed flag."""
+    """The jitted program that ``xgather.checked(fn)`` compiles (its ``program``, the
+    default ``jax.jit`` of ``fn`` under checkify with the compact report, and the packed
+    flag)."""
     wrapper = xgather.checked(fn)
     cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or (), strict=True))
-    assert "direct" in cells, ("xgather.checked no longer keeps its program as `direct`: "
-                               "update checked_program to lower what it compiles")
-    return cells["direct"].cell_contents
+    assert "program" in cells, ("xgather.checked no longer keeps its program as `program`: "
+                                "update checked_program to lower what it compiles")
+    return cells["program"].cell_contents
 
 
 # -- the ops ----------------------------------------------------------------------------------
@@ -379,14 +380,14 @@ def test_the_bench_programs_stay_on_the_device(key, platform):
 def test_checkeds_own_programs_stay_on_the_device():
     """The stacking of a group of flags, read together on an accelerator, and the check of
     indices that other processes hold part of."""
-    flags = (S((2,), np.int32),) * _check.READ_GROUP
+    flags = (S((2,), np.int32),) * _checked.READ_GROUP
     for platform in ACCELERATORS:
         with xgather.lowering(platform):
             plan = xgather.explain(xgather.onnx.gather, S((1 << 21, 128), np.float32),
                                    S((1 << 18,), np.int32))
             assert_no_round_trips([
-                Program("_heads", _check._heads, flags),
-                Program("_device_checker", checked_program(_check._device_checker(plan)),
+                Program("_heads", _checked._heads, flags),
+                Program("_device_checker", _check._device_checker(plan).program,
                         (S((1 << 18,), np.int32),))], platform)
 
 

@@ -114,7 +114,8 @@ def test_node_against_onnxruntime_and_numpy(opset_case):
     ("GatherElements", np.array([[[0, 0, -5]] * 3] * 2), {"axis": 2}),
 ])
 def test_out_of_range_index_raises(op, indices, attrs):
-    with pytest.raises(xgather.OutOfBoundsError, match=rf"onnx\.{op}-13: index -?\d"):
+    with pytest.raises(xgather.OutOfBoundsError,
+                       match=rf"onnx\.{op}-13 \(node 'node_0'\): index -?\d"):
         jort.run(_model(op, 21, DATA, indices, **attrs), [DATA, indices])
 
 
@@ -166,3 +167,14 @@ def test_readme_jaxonnxruntime_example_runs():
     exec(compile(block, "README-jaxonnxruntime", "exec"), ns)
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(ns["out"][0], reference.gather_nd(data, [[2], [-3]], 1))
+
+
+def test_an_out_of_range_index_names_its_node_as_jaxonnxruntime_names_it():
+    """jaxonnxruntime names every node ``node_<its index in the graph>``, whatever the
+    model called it: the error names the node by that name."""
+    model = _model("Gather", 13, DATA, np.array([0, 3]), axis=1)
+    model.graph.node[0].name = "token_lookup"
+    with pytest.raises(xgather.OutOfBoundsError,
+                       match=r"onnx\.Gather-13 \(node 'node_0'\): index 3") as info:
+        jort.run(model, [DATA, np.array([0, 3])])
+    assert info.value.node == "node_0" and info.value.index == 3

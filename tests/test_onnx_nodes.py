@@ -539,3 +539,33 @@ def test_silero_vad_model_vs_onnxruntime():
     report = example.compare(model, chunks=2)
     assert report["gather_calls"].get("gather", 0) >= 2, report
     assert report["max_abs_diff"] < 1e-4, report
+
+
+def test_a_named_nodes_errors_name_it_eagerly_under_checked_and_in_the_evaluator():
+    """As onnxruntime names the node that failed ("...running Gather node.
+    Name:'emb'..."): the node's name follows the op in every error."""
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="emb")
+    f = xgather.onnx.from_node(node, opset=13)
+    data = np.arange(6, dtype=np.float32).reshape(3, 2)
+    with pytest.raises(OutOfBoundsError, match=r"^onnx\.Gather-13 \(node 'emb'\): index 5 "
+                                               r"at indices\[1\] is out of range \[-3, 2\]"):
+        f(data, np.array([0, 5]))
+    with pytest.raises(XGatherTypeError, match=r"^onnx\.Gather-13 \(node 'emb'\): indices "):
+        f(data, np.array([0.5]))
+    g = xgather.checked(f)
+    g(data, np.array([1, -4]))
+    with pytest.raises(OutOfBoundsError, match=r"^onnx\.Gather-13 \(node 'emb'\): index -4 "
+                                               r"at indices\[1\]") as info:
+        xgather.raise_if_error()
+    assert info.value.node == "emb" and info.value.file == __file__
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 2]),
+                      helper.make_tensor_value_info("i", onnx.TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    evaluator = ReferenceEvaluator(model, new_ops=xgather.onnx.reference_ops())
+    with pytest.raises(OutOfBoundsError, match=r"^onnx\.Gather-13 \(node 'emb'\): index 3"):
+        evaluator.run(None, {"x": data, "i": np.array([3, 0])})
+    unnamed = xgather.onnx.from_node(helper.make_node("Gather", ["x", "i"], ["y"]), opset=13)
+    with pytest.raises(OutOfBoundsError, match=r"^onnx\.Gather-13: index 3"):
+        unnamed(data, np.array([3]))

@@ -36,7 +36,7 @@ from jax import lax
 from jax.experimental import checkify
 
 from xgather import _indices, _jaxprivate, _patches
-from xgather._errors import OutOfBoundsError, UncheckedWarning, fail
+from xgather._errors import NODE, OutOfBoundsError, UncheckedWarning, fail, named
 from xgather._gather import Call
 from xgather._modes import TraceState
 
@@ -201,8 +201,11 @@ def host_check(plan, indices) -> None:
 
 def out_of_bounds(plan, ndim: int, args: list[int], where: str = "") -> OutOfBoundsError:
     """The error of ``report_format``'s values ``args`` (``_report_list``'s order), with
-    what its message says as attributes."""
-    err = OutOfBoundsError(report_format(plan, ndim, where).format(args))
+    what its message says as attributes. ``where``: ``call_site``'s."""
+    where, _, node = where.partition("|")
+    msg = report_format(plan, ndim, where).format(args)
+    err = OutOfBoundsError(named(msg, node) if node else msg)
+    err.node = node or None
     value, pos, rest = args[0], tuple(args[1:1 + ndim]), args[1 + ndim:]
     low = -rest.pop(0) if plan.negative else 0
     high, axis, size, count = rest
@@ -283,7 +286,11 @@ def emit(plan, indices, where: str | None = None):
                                   value], 0)
         checkify.check(lax.bitwise_not(bad), _site(plan, indices.shape, where), report)
     else:
-        checkify.check(lax.bitwise_not(bad), report_format(plan, indices.ndim, where),
+        site, _, node = where.partition("|")
+        text = report_format(plan, indices.ndim, site)
+        if node:
+            text = named(text, node.replace("{", "{{").replace("}", "}}"))
+        checkify.check(lax.bitwise_not(bad), text,
                        _report_values(plan, indices, count, first, jnp))
     return bad
 
@@ -360,9 +367,12 @@ def _user_frame() -> tuple[types.FrameType | None, int]:
 
 
 def call_site() -> str:
-    """``file:line`` of the user's code that called the op (at trace time)."""
+    """``file:line`` of the user's code that called the op (at trace time), and the ONNX
+    node it runs for, if any (``xgather._errors.NODE``: ``file:line|node``)."""
     frame, _ = _user_frame()
-    return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    site = "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    node = NODE.get()
+    return f"{site}|{node}" if node else site
 
 
 def traced(op: str) -> None:

@@ -6,7 +6,9 @@ porting a model sees which node failed, which rule it broke and with what.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator, Mapping
 from typing import NoReturn
 
 
@@ -28,7 +30,8 @@ class OutOfBoundsError(XGatherError, IndexError):
     ``count`` (how many indices are out of range), ``file`` and ``line`` (where the
     gather was traced), and, for a call of a [`checked`][xgather.checked] function,
     ``call`` (its number in this thread, from 1, as the message says) and
-    ``call_index`` (from 0, as a loop counts).
+    ``call_index`` (from 0, as a loop counts); ``node``, the ONNX node's name where the op
+    runs one (``from_node``, ``reference_ops``, jaxonnxruntime's handlers).
     """
 
     op: str | None = None
@@ -42,6 +45,7 @@ class OutOfBoundsError(XGatherError, IndexError):
     line: int | None = None
     call: int | None = None
     call_index: int | None = None
+    node: str | None = None
 
 
 class UncheckedWarning(UserWarning):
@@ -74,3 +78,35 @@ def choice(op: str, name: str, value, allowed: Iterable) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
         fail(op, f"{name} must be one of {', '.join(map(repr, allowed))}", repr(value))
+
+
+#: The name of the ONNX node an op runs for, while it runs or is traced (``for_node``).
+NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("xgather_onnx_node",
+                                                                  default=None)
+
+
+def named(msg: str, node: str) -> str:
+    """``msg`` (``"<op>: <rule>..."``) with the ONNX node named after the op, as
+    onnxruntime names the node that failed: ``onnx.Gather-13 (node 'g1'): ...``."""
+    op, sep, rest = msg.partition(": ")
+    return f"{op} (node {node!r}){sep}{rest}" if sep else f"{msg} (node {node!r})"
+
+
+@contextlib.contextmanager
+def for_node(node: str | None) -> Iterator[None]:
+    """Run an op for the ONNX node ``node``: its errors, raised now or reported later
+    (a traced check's report), name the node."""
+    if not node:
+        yield
+        return
+    token = NODE.set(node)
+    try:
+        yield
+    except XGatherError as err:
+        if err.args and isinstance(err.args[0], str) and f"(node {node!r})" not in err.args[0]:
+            err.args = (named(err.args[0], node), *err.args[1:])
+        if isinstance(err, OutOfBoundsError):
+            err.node = node
+        raise
+    finally:
+        NODE.reset(token)

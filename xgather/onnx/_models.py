@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from xgather._errors import XGatherError, choice, fail
+from xgather._errors import XGatherError, choice, fail, for_node
 from xgather._modes import MODES
 from xgather.onnx import _ops
 from xgather.onnx._ops import ATTRIBUTES, VERSIONS, op_version, resolve
@@ -122,7 +122,8 @@ def from_node(node, opset: int = 13, **options) -> Callable:
     (attr, value), = attrs.items()
 
     def run(data, indices):
-        return _op(op_type)(data, indices, value, opset=opset, **options)
+        with for_node(node.name):
+            return _op(op_type)(data, indices, value, opset=opset, **options)
 
     def plan(data, indices):
         return _op(op_type).__xgather_plan__(data, indices, value, opset=opset,
@@ -169,8 +170,9 @@ def _base():
             # defaults, function-linked ones resolved): one int here.
             op_type = self.onnx_node.op_type
             value = attrs.get(next(iter(ATTRIBUTES[op_type])))
-            out = _op(op_type)(data, indices, 0 if value is None else value, opset=self.opset,
-                               **self.xgather_options)
+            with for_node(self.onnx_node.name):
+                out = _op(op_type)(data, indices, 0 if value is None else value,
+                                   opset=self.opset, **self.xgather_options)
             # A NumPy array (a copy: the evaluator's other ops may write into it), of
             # data's dtype (the host path keeps 64-bit data exact with x64 off).
             return (np.array(out),)
@@ -225,7 +227,12 @@ def _handler(handler_base, register_op, op_type: str) -> type:
 
     def version(opset, cls, node, inputs):
         node.attrs_dict[attr] = node.attrs.get(attr, 0)
-        return functools.partial(fn, opset=opset)
+        name = getattr(node, "name", None)
+
+        def run(*args, **kwargs):
+            with for_node(name):
+                return fn(*args, opset=opset, **kwargs)
+        return run
 
     namespace: dict[str, object] = {f"version_{v}": classmethod(functools.partial(version, v))
                                     for v in versions}
