@@ -927,3 +927,20 @@ def test_clear_caches_empties_the_check_tables_once_no_flag_is_pending():
     f(DATA, np.array([8]))  # traced again: new numbers
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 8 at indices\[0\]"):
         xgather.raise_if_error()
+
+
+def test_the_default_mode_exports_with_jax_export_and_a_symbolic_batch():
+    from jax import export
+    table = jnp.arange(40.0).reshape(10, 4)
+    step = xgather.checked(lambda ids: G(table, ids) * 2.0)
+    b, = export.symbolic_shape("b")
+    exp = export.export(step.jitted)(jax.ShapeDtypeStruct((b, 3), jnp.int32))
+    exp = export.deserialize(exp.serialize())  # as another process would load it
+    for n in (1, 5):
+        ids = np.arange(3 * n, dtype=np.int32).reshape(n, 3) % 10 - 4
+        (flag, _), rows = exp.call(ids)
+        assert int(flag[0]) == 0
+        np.testing.assert_array_equal(np.asarray(rows), 2.0 * reference.gather(
+            np.asarray(table), ids))
+    (flag, _), _ = exp.call(np.array([[0, 1, 2], [3, 10, 4]], np.int32))
+    assert int(flag[0]) == 1  # a bad index: the flag says so

@@ -4,6 +4,7 @@ keeps its first screen and its size, and the docs name every public name."""
 from __future__ import annotations
 
 import re
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -15,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 PAGES = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
 SOURCES = {"README.md": README, **{f"docs/{k}": v for k, v in PAGES.items()}}
-#: (source, index, code) of every ```python block of the README and the docs.
-EXAMPLES = [(name, k, code) for name, text in SOURCES.items()
+#: (source, index, code) of every ```python block of the README and the docs (a block in a
+#: list item dedented).
+EXAMPLES = [(name, k, textwrap.dedent(code)) for name, text in SOURCES.items()
             for k, code in enumerate(re.findall(r"```python\n(.*?)```", text, re.S))]
 BLOCKS = [code for _, _, code in EXAMPLES]
 #: What a block needs beyond the test extras' core (skipped, with the reason, where absent).

@@ -35,7 +35,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _indices, _jaxprivate, _patches
+from xgather import _dtypes, _indices, _jaxprivate, _patches
 from xgather._errors import NODE, OutOfBoundsError, UncheckedWarning, fail, named
 from xgather._gather import Call
 from xgather._modes import TraceState
@@ -142,7 +142,10 @@ def _count_first(plan, indices):
     position of the first (its size where none is), in one variadic reduction."""
     bad = lax.reshape(lax.bitwise_not(_indices.valid(plan, indices, jnp)), (indices.size,))
     n = bad.size
-    kind = jnp.int64 if n >= np.iinfo(np.int32).max else jnp.int32
+    if isinstance(n, int):
+        kind = jnp.int64 if n >= np.iinfo(np.int32).max else jnp.int32
+    else:  # a symbolic size (jax.export): as wide as this JAX's integers
+        kind = jnp.int64 if _dtypes.x64() else jnp.int32
     count = lax.convert_element_type(bad, kind)
     first = lax.select(bad, lax.iota(kind, n), lax.full((n,), n, kind))
     # One pass. Tried on XLA:CPU (jax 0.10.2 and 0.12.0.1) and slower, in time and in

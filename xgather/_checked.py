@@ -380,7 +380,9 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     arguments, the error carries its result as ``result``.
 
     Use it as the outermost wrapper. Also a decorator: ``@xgather.checked`` or
-    ``@xgather.checked(jit=nnx.jit)``.
+    ``@xgather.checked(jit=nnx.jit)``. Its ``jitted`` is the jit's function itself, which
+    returns ``((flag, leaves), result)``: export that with ``jax.export`` (symbolic
+    shapes too), and read ``flag[0]``, 1 where a check failed.
 
     Examples:
         >>> import jax, numpy as np, xgather
@@ -471,6 +473,7 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     for attr in ("lower", "clear_cache"):
         if hasattr(program, attr):
             setattr(wrapper, attr, getattr(program, attr))
+    wrapper.jitted = program  # type: ignore[attr-defined]  # for jax.export
     return wrapper
 
 
