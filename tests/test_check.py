@@ -914,16 +914,16 @@ def test_a_users_own_checkify_inside_checked_gets_the_full_report():
 
 
 def test_clear_caches_empties_the_check_tables_once_no_flag_is_pending():
-    from xgather import _check, _checked
+    from xgather import _checked, _report
     f = xgather.checked(lambda d, i: G(d, i))
     f(DATA, np.array([1]))
     f(DATA, np.array([9]))  # pending: the tables stay
     xgather.clear_caches()
-    assert len(_check._sites) and len(_checked._layouts)
+    assert len(_report._sites) and len(_checked._layouts)
     with pytest.raises(xgather.OutOfBoundsError, match="index 9"):  # still readable
         xgather.raise_if_error()
     xgather.clear_caches()
-    assert len(_check._sites) == len(_checked._layouts) == 0
+    assert len(_report._sites) == len(_checked._layouts) == 0
     f(DATA, np.array([8]))  # traced again: new numbers
     with pytest.raises(xgather.OutOfBoundsError, match=r"index 8 at indices\[0\]"):
         xgather.raise_if_error()

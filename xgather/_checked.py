@@ -36,7 +36,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from xgather import _check, _dtypes, _frontend, _jaxprivate, _patches
+from xgather import _check, _dtypes, _frontend, _jaxprivate, _patches, _report
 from xgather._errors import OutOfBoundsError, UncheckedWarning, XGatherTypeError, fail
 
 MAX_PENDING = 16
@@ -266,15 +266,15 @@ def clear_caches() -> None:
     with _queues_lock:
         _queues[:] = [q for q in _queues if q.count or q.thread.is_alive()]
         pending = any(q.count for q in _queues)
-    if not pending and (len(_check._sites) or len(_layouts)):
+    if not pending and (len(_report._sites) or len(_layouts)):
         jax.clear_caches()
-        _check._sites.clear()
+        _report._sites.clear()
         _layouts.clear()
 
 
 # -- what a checked program returns, and the error it raises -------------------------------------
 
-_layouts = _check._Numbered()  # how a traced checkify Error is packed (_pack)
+_layouts = _report._Numbered()  # how a traced checkify Error is packed (_pack)
 
 
 def _pack(err):
@@ -323,8 +323,8 @@ def _raise(pending: _Pending, deferred: bool, later: int = 0):
     if msg is None:  # no check failed (a JAX whose Error hides its predicates)
         return
     msg = msg.split(" (`check` failed)")[0]
-    err = _check.site_error(msg)
-    if err is None and _check.REPORT_END not in msg:  # a user's own checkify.check
+    err = _report.site_error(msg)
+    if err is None and _report.REPORT_END not in msg:  # a user's own checkify.check
         try:
             error.throw()
         except Exception as user:
