@@ -151,7 +151,7 @@ def _device_checker(plan):
         msg = program(indices)[0].get()
         if msg is not None:
             raise _report.site_error(msg) or OutOfBoundsError(msg)
-    run.program = program  # type: ignore[attr-defined]  # what a test lowers
+    run.program = program  # what a test lowers
     return run
 
 

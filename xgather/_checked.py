@@ -369,15 +369,14 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     equinox's partition, caching and retracing. ``.lower`` is the jit's, of the checked
     program (its flag, then ``fn``'s result).
 
-    The call returns the result without waiting for the program. The flag is read
-    later: an [`OutOfBoundsError`][xgather.OutOfBoundsError] is raised at the next call
-    of any checked function in this thread once the flag is read (the call waits only
-    when more than [`MAX_PENDING`][xgather.MAX_PENDING] flags are unread), at
-    [`raise_if_error`][xgather.raise_if_error], or reported at exit; a later failure is
-    raised in its turn. ``sync=True`` (or [`sync_checks`][xgather.sync_checks]) raises
-    at the call itself, older failures first. The step has run by then: with
-    ``nnx.jit``, the model's variables are updated; where the call donates its
-    arguments, the error carries its result as ``result``.
+    The call returns without waiting for the program; its flag is read later. An
+    [`OutOfBoundsError`][xgather.OutOfBoundsError] is raised at a later call of any
+    checked function in this thread (which waits only past
+    [`MAX_PENDING`][xgather.MAX_PENDING] unread flags), at
+    [`raise_if_error`][xgather.raise_if_error], or reported at exit; each failure in its
+    turn. ``sync=True`` (or [`sync_checks`][xgather.sync_checks]) raises at the call,
+    older failures first, after the step ran (``nnx.jit`` has written it back; a
+    donating call's error carries its result as ``result``).
 
     Use it as the outermost wrapper. Also a decorator: ``@xgather.checked`` or
     ``@xgather.checked(jit=nnx.jit)``. Its ``jitted`` is the jit's function itself, which
@@ -403,25 +402,10 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
              type(fn).__name__, kind=XGatherTypeError)
     jit = jax.jit if jit is None else jit
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    nnx = sys.modules["flax.nnx"] if getattr(jit, "__module__", "").startswith(
-        "flax.nnx") else None
+    program = jit(_checkified(fn, jit), **jit_options)
     static = _static(jit_options)
     donating = any(k.startswith("donate") and v not in ((), None, "none")
                    for k, v in jit_options.items())
-
-    @functools.wraps(fn)
-    def body(*args, **kwargs):
-        with _check.TRACING.traced_as("yes"):
-            if nnx is not None:  # nnx's reference semantics: its own checkify
-                err, out = nnx.checkify(fn, errors=_check.CHECKED_ERRORS)(*args, **kwargs)
-            else:  # a closure: arguments the jit keeps static stay Python values
-                aside = []
-                err, arrays = checkify.checkify(lambda: _arrays_of(fn(*args, **kwargs), aside),
-                                                errors=_check.CHECKED_ERRORS)()
-                out = _rebuild(arrays, *aside)
-        return _pack(err), out
-
-    program = jit(body, **jit_options)
     name_key = object()  # this function's count of calls in a thread's queue
     on_host = None  # whether flags are on the host already (a CPU's), once known
 
@@ -437,26 +421,12 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
             return fn(*args, **kwargs)
         (flag, leaves), out = program(*args, **kwargs)
         if type(flag) is not _ARRAY and isinstance(flag, jax.core.Tracer):
-            if _patches.foreign():  # an exporter, unseen by _exporting: as above
-                return fn(*args, **kwargs)
-            if _jaxprivate.checkify_errors() is None:
-                fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
-                     "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
-                     "where its result's check cannot be read. Put the transformation inside "
-                     "it; checked compiles fn with its jit already")
-            return fn(*args, **kwargs)  # an outer checkify takes the checks over
+            return _inside_a_trace(name, fn, args, kwargs)
         counts = queue.calls
         number = counts[name_key] = counts.get(name_key, 0) + 1
         if now:
             if _check.flag_set(flag):
-                try:
-                    _raise(_Pending(flag, leaves, name, number), deferred=False)
-                except Exception as err:
-                    if donating:
-                        err.result = out  # type: ignore[attr-defined]  # a new attribute
-                        err.add_note("The call donated its arguments, which are gone: its "
-                                     "result is this error's `result`.")
-                    raise
+                _raise_now(_Pending(flag, leaves, name, number), out, donating)
             return out
         if on_host is None:
             on_host = _on_host(flag)
@@ -468,13 +438,62 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
         queue.add(_Pending(flag, leaves, name, number), None if on_host else flag.sharding)
         return out
 
-    # The jit's lower (of the checked program: its flag, then fn's result). Not its trace:
-    # jax.eval_shape takes a function's trace as its own, and would show the flag.
+    return _exposing(wrapper, program)
+
+
+def _exposing(wrapper, program):
+    """``wrapper`` with the jit's ``lower`` (of the checked program: its flag, then fn's
+    result) and ``jitted``, the jit's function (for ``jax.export``). Not its ``trace``:
+    ``jax.eval_shape`` takes a function's trace as its own, and would show the flag."""
     for attr in ("lower", "clear_cache"):
         if hasattr(program, attr):
             setattr(wrapper, attr, getattr(program, attr))
-    wrapper.jitted = program  # type: ignore[attr-defined]  # for jax.export
+    wrapper.jitted = program
     return wrapper
+
+
+def _checkified(fn, jit):
+    """``fn`` under checkify, for ``jit`` to compile: ``((flag, leaves), result)``."""
+    nnx = sys.modules["flax.nnx"] if getattr(jit, "__module__", "").startswith(
+        "flax.nnx") else None
+
+    @functools.wraps(fn)  # the jit reads fn's signature (static and donated names)
+    def body(*args, **kwargs):
+        with _check.TRACING.traced_as("yes"):
+            if nnx is not None:  # nnx's reference semantics: its own checkify
+                err, out = nnx.checkify(fn, errors=_check.CHECKED_ERRORS)(*args, **kwargs)
+            else:  # a closure: arguments the jit keeps static stay Python values
+                aside: list = []
+                err, arrays = checkify.checkify(lambda: _arrays_of(fn(*args, **kwargs), aside),
+                                                errors=_check.CHECKED_ERRORS)()
+                out = _rebuild(arrays, *aside)
+        return _pack(err), out
+    return body
+
+
+def _inside_a_trace(name: str, fn, args, kwargs):
+    """A checked call inside another trace: ``fn`` itself under an exporter (its ops
+    export with their checks) or an outer checkify (which takes the checks over), else
+    an error."""
+    if not _patches.foreign() and _jaxprivate.checkify_errors(3) is None:
+        fail(f"xgather.checked({name})", "must be the outermost wrapper: it was called "
+             "inside a JAX transformation (jax.jit, nnx.jit, jax.eval_shape, ...), "
+             "where its result's check cannot be read. Put the transformation inside "
+             "it; checked compiles fn with its jit already")
+    return fn(*args, **kwargs)
+
+
+def _raise_now(pending: _Pending, out, donating: bool) -> None:
+    """A sync call's failure; where the call donated its arguments, its result goes with
+    the error (``result``), so that a training loop can go on."""
+    try:
+        _raise(pending, deferred=False)
+    except Exception as err:
+        if donating:
+            err.result = out  # type: ignore[attr-defined]  # a new attribute
+            err.add_note("The call donated its arguments, which are gone: its "
+                         "result is this error's `result`.")
+        raise
 
 
 def _arrays_of(out, aside: list) -> list:
