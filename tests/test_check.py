@@ -944,3 +944,78 @@ def test_the_default_mode_exports_with_jax_export_and_a_symbolic_batch():
             np.asarray(table), ids))
     (flag, _), _ = exp.call(np.array([[0, 1, 2], [3, 10, 4]], np.int32))
     assert int(flag[0]) == 1  # a bad index: the flag says so
+
+
+def test_checked_on_nnx_jit_equals_nnx_jit_in_promise_with_a_static_argument():
+    nnx = pytest.importorskip("flax.nnx")
+    optax = pytest.importorskip("optax")
+
+    class Model(nnx.Module):
+        def __init__(self, mode):
+            self.emb = nnx.Param(jnp.asarray(np.random.default_rng(1).normal(
+                size=(12, 3)), jnp.float32))
+            self.mode = mode
+
+        def __call__(self, ids, scale):
+            return G(self.emb[...], ids, mode=self.mode) * scale
+
+    def step(model, opt, ids, scale):
+        loss, grads = nnx.value_and_grad(lambda m: (m(ids, scale) ** 2).mean())(model)
+        opt.update(model, grads)
+        return loss
+
+    runs = []
+    for mode, wrap in (("error", lambda f: xgather.checked(f, jit=nnx.jit,
+                                                           static_argnames="scale")),
+                       ("promise_in_bounds", lambda f: nnx.jit(f, static_argnames="scale"))):
+        model = Model(mode)
+        opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+        f = wrap(step)
+        losses = [np.asarray(f(model, opt, jnp.array([3, -1, 7]), scale=float(k % 3 + 1)))
+                  for k in range(6)]
+        runs.append((losses, np.asarray(model.emb[...])))
+    (l1, w1), (l2, w2) = runs
+    np.testing.assert_array_equal(np.stack(l1), np.stack(l2))
+    np.testing.assert_array_equal(w1, w2)
+
+
+def test_checked_on_filter_jit_equals_filter_jit_in_promise_with_donation():
+    eqx = pytest.importorskip("equinox")
+
+    class Model(eqx.Module):
+        emb: jax.Array
+        act: object
+        mode: str = eqx.field(static=True)
+
+        def __call__(self, ids):
+            return self.act(G(self.emb, ids, mode=self.mode))
+
+    def step(model, ids):
+        loss, grads = eqx.filter_value_and_grad(lambda m: (m(ids) ** 2).mean())(model)
+        return eqx.apply_updates(model, jax.tree.map(lambda g: -0.1 * g, grads)), loss
+
+    runs = []
+    for mode, jit in (("error", lambda f: xgather.checked(f, jit=eqx.filter_jit,
+                                                          donate="all")),
+                      ("promise_in_bounds", lambda f: eqx.filter_jit(f, donate="all"))):
+        model = Model(jnp.arange(30.0).reshape(10, 3) / 10, jnp.tanh, mode)
+        f, losses = jit(step), []
+        for _ in range(6):
+            old = model.emb
+            model, loss = f(model, jnp.array([0, 9, -2]))
+            losses.append(np.asarray(loss))
+        assert old.is_deleted() and model.act is jnp.tanh  # donated; the field kept
+        runs.append((losses, np.asarray(model.emb)))
+    (l1, w1), (l2, w2) = runs
+    np.testing.assert_array_equal(np.stack(l1), np.stack(l2))
+    np.testing.assert_array_equal(w1, w2)
+
+
+def test_shardings_and_other_jit_options_pass_through():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    spec = NamedSharding(mesh, PartitionSpec("x"))
+    f = xgather.checked(lambda d, i: G(d, i), out_shardings=spec, keep_unused=True)
+    out = f(DATA, np.array([2, -1]))
+    assert out.sharding == spec
+    np.testing.assert_array_equal(np.asarray(out), reference.gather(DATA, np.array([2, -1])))
