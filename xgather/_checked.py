@@ -417,10 +417,10 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
         now = sync or _sync_all
         if queue.count:  # a sync call raises older failures first, before it runs
             _settle(queue, 0 if now else MAX_PENDING - 1)
-        if _exporting(args):  # an exporter traces the call: fn's ops export with their checks
-            return fn(*args, **kwargs)
+        if args and type(args[0]) is not _ARRAY and _exporting(args):
+            return fn(*args, **kwargs)  # an exporter traces: fn's ops export with their checks
         (flag, leaves), out = program(*args, **kwargs)
-        if type(flag) is not _ARRAY and isinstance(flag, jax.core.Tracer):
+        if type(flag) is not _ARRAY and isinstance(flag, _TRACER):
             return _inside_a_trace(name, fn, args, kwargs)
         counts = queue.calls
         number = counts[name_key] = counts.get(name_key, 0) + 1
@@ -520,10 +520,11 @@ def _static(options) -> frozenset:
 
 
 _ARRAY = _jaxprivate.ARRAY_IMPL
+_TRACER = jax.core.Tracer
 
 
 def _exporting(args) -> bool:
     """Whether an exporter (jax2onnx) traces a call whose first argument is ``args[0]``:
     a tracer, under another library's patches of JAX. What is traced there holds the
     exporter's primitives, which nothing else lowers."""
-    return bool(args) and isinstance(args[0], jax.core.Tracer) and _patches.foreign()
+    return bool(args) and isinstance(args[0], _TRACER) and _patches.foreign()
