@@ -17,6 +17,9 @@ training loop runs; the ratio is the median of the per-round ratios, with a limi
 :data:`RATIO_LIMIT`. A call's host time (until it returns, no wait for its result) is
 timed for both; the checked call of arrays only (``jax.jit``'s) may take at most
 :data:`HOST_LIMIT_US` more than the bare ``jax.jit`` call of the same step.
+``eqx.filter_jit`` (equinox 0.13) waits for each call's program itself (it blocks on a
+marker output to raise its own runtime errors): its calls are blocked ones, and its host
+time is the step's.
 
 Before any timing, :func:`differential` runs each pair 3 steps from the same start: the
 parameters and losses are recorded as equal bit for bit, or not.
