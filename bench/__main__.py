@@ -460,6 +460,15 @@ def _load(parser, path: str) -> dict:
         parser.error(f"{path} is not an xgather-bench record: {e}")
 
 
+def _side_options(p) -> None:
+    """The options every timing side command (``check``, ``readers``, ``frameworks``)
+    takes: ``--device``, ``--quick``, ``--repeats`` and ``--json``."""
+    p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
+    p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+    p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
+    p.add_argument("--json", help="write the run as a JSON record")
+
+
 def _side_run_start(p, a):
     """What a side command that times workloads (``check``, ``readers``) does first: its
     ``--json`` folder and ``--workloads`` checked (``(keys, the allocator module)``), and
@@ -568,12 +577,9 @@ def main(argv=None) -> int:
             "promise, the deferred default and sync=True, blocked and pipelined, first calls "
             "and a call's host time")
         p.add_argument("--workloads", help="comma-separated keys (default: the main job's)")
-        p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
-        p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
-        p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
+        _side_options(p)
         p.add_argument("--cpu-dispatch", choices=("async", "inline"), default="async",
                        help="as for the main job")
-        p.add_argument("--json", help="write the run as a JSON record")
         a = p.parse_args(argv[1:])
         keys, alloc = _side_run_start(p, a)
         _set_cpu_dispatch(a.cpu_dispatch)
@@ -591,10 +597,7 @@ def main(argv=None) -> int:
             "(no check), pipelined, and a call's host time")
         p.add_argument("--workloads", help="comma-separated keys (default: "
                        f"{','.join(readers.DEFAULT_KEYS)})")
-        p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
-        p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
-        p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
-        p.add_argument("--json", help="write the run as a JSON record")
+        _side_options(p)
         a = p.parse_args(argv[1:])
         keys, alloc = _side_run_start(p, a)
         device, timing = _side_device_and_timing(a)
@@ -610,10 +613,7 @@ def main(argv=None) -> int:
             "J(step) in promise, pipelined in paired rounds, and a call's host time")
         p.add_argument("--frameworks", help="comma-separated (default: "
                        f"{','.join(frameworks.FRAMEWORKS)})")
-        p.add_argument("--device", help="JAX platform to run on (default: JAX's)")
-        p.add_argument("--quick", action="store_true", help="small sizes, few rounds")
-        p.add_argument("--repeats", type=_rounds, default=None, help="exactly this many rounds")
-        p.add_argument("--json", help="write the run as a JSON record")
+        _side_options(p)
         a = p.parse_args(argv[1:])
         _check_json_folder(p, a.json)
         names = a.frameworks.split(",") if a.frameworks else None

@@ -168,7 +168,6 @@ def xgather_runner(w, d, i, mode=None, extra=(), element_gather=None, wrap=None,
 
 def lax_fn(w):
     """The same gather written directly with ``lax.gather`` (indices known valid)."""
-    import jax
     from jax import lax
     GDN, PIB = lax.GatherDimensionNumbers, lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
@@ -204,6 +203,13 @@ def lax_fn(w):
             dn = GDN(offset_dims=(), collapsed_slice_dims=(w.axis,), start_index_map=(w.axis,),
                      operand_batching_dims=others, start_indices_batching_dims=others)
             return lax.gather(d, i[..., None], dn, (1,) * d.ndim, mode=PIB)
+    return _as_workload(w, f)
+
+
+def _as_workload(w, f):
+    """A hand-written gather ``f`` as the workload ``w`` runs it: inside its model step,
+    under its gradient, or as it is."""
+    import jax
     if w.step is not None:
         return steps.jax_step(w, f)
     if w.op == "grad":
@@ -211,11 +217,16 @@ def lax_fn(w):
     return f
 
 
+def _jitted_runner(fn, d, i, extra) -> Runner:
+    """``fn`` jitted, on the same device arrays as xgather."""
+    import jax
+    f = jax.jit(fn)
+    return lambda: jax.block_until_ready(f(d, i, *extra))
+
+
 def lax_runner(w, d, i, extra=()) -> Runner:
     """The hand-written ``lax.gather`` on the same device arrays as xgather."""
-    import jax
-    f = jax.jit(lax_fn(w))
-    return lambda: jax.block_until_ready(f(d, i, *extra))
+    return _jitted_runner(lax_fn(w), d, i, extra)
 
 
 #: A hand-written check, the floor of any that returns a flag (:func:`lax_checked_fn`).
@@ -344,18 +355,12 @@ def jnp_fn(w):
     else:  # gather_elements
         def f(d, i):
             return jnp.take_along_axis(d, i, axis=w.axis)
-    if w.step is not None:
-        return steps.jax_step(w, f)
-    if w.op == "grad":
-        return jax.grad(lambda d, i: (f(d, i) ** 2).sum())
-    return f
+    return _as_workload(w, f)
 
 
 def jnp_runner(w, d, i, extra=()) -> Runner:
     """:func:`jnp_fn`, jitted, on the same device arrays as xgather and ``lax``."""
-    import jax
-    f = jax.jit(jnp_fn(w))
-    return lambda: jax.block_until_ready(f(d, i, *extra))
+    return _jitted_runner(jnp_fn(w), d, i, extra)
 
 
 # -- Peers ------------------------------------------------------------------------------------
