@@ -426,52 +426,62 @@ def jit_arguments(fn_name: str, args, kwargs, static=()):
     ``jax.jit`` cuts a 64-bit NumPy integer to 32 bits (``2**32 + 1`` becomes ``1``, a
     valid row) without a word. ``static``: positions and names the jit does not trace.
     """
-    for x in args:
-        if type(x) is not _JAX_ARRAY:
+    for x in args:  # the common call: arrays, and dicts, lists or tuples of arrays
+        kind = type(x)
+        if kind is not _JAX_ARRAY and (kind not in _CONTAINERS or not set(
+                map(type, x.values() if kind is dict else x)) <= _ARRAYS):
             break
     else:
         if not kwargs:
             return args, kwargs
     where = f"xgather.checked({fn_name})"
-    args = tuple(x if i in static else _jit_argument(where, f"argument {i}", x)
+    args = tuple(x if i in static else _jit_argument(where, i, x)
                  for i, x in enumerate(args))
-    kwargs = {k: x if k in static else _jit_argument(where, f"argument {k!r}", x)
+    kwargs = {k: x if k in static else _jit_argument(where, k, x)
               for k, x in kwargs.items()}
     return args, kwargs
 
 
 _JAX_ARRAY = _jaxprivate.ARRAY_IMPL
 _CONTAINERS = frozenset({dict, list, tuple})
+_ARRAYS = frozenset({_JAX_ARRAY})
 _AS_IS = frozenset({_JAX_ARRAY, float, bool, complex, str, type(None), np.float32, np.bool_})
 
 
-def _jit_argument(where: str, name: str, x):
+def _jit_argument(where: str, at, x):
+    """One argument (``at``: its position or name) as :func:`jit_arguments` passes it."""
     kind = type(x)
     if kind in _AS_IS:
         return x
     if kind in _CONTAINERS:
         items = list(x.items() if kind is dict else enumerate(x))
-        values = [_jit_value(where, f"{name}[{k!r}]", v) for k, v in items]
+        values = [_jit_value(where, (at, k), v) for k, v in items]
         if all(v is w for (_, v), w in zip(items, values, strict=True)):
             return x
         return dict(zip(x, values, strict=True)) if kind is dict else kind(values)
-    return _jit_value(where, name, x)
+    return _jit_value(where, (at,), x)
 
 
-def _jit_value(where: str, name: str, x):
+def _argument_name(at: tuple) -> str:
+    """``argument 0`` or ``argument 'ids'``, then ``[key]`` where in a container."""
+    return f"argument {at[0]!r}" + "".join(f"[{k!r}]" for k in at[1:])
+
+
+def _jit_value(where: str, at: tuple, x):
     if type(x) in _AS_IS or isinstance(x, jax.core.Tracer):
         return x
     if isinstance(x, int) and not isinstance(x, bool):
         bits = 64 if x64() else 32
         if not -2**(bits - 1) <= x < 2**(bits - 1):
-            fail(where, f"{name}, a Python int, does not fit int{bits}, the type jax.jit "
-                 "gives it" + (" while jax_enable_x64 is off (turn it on, or pass values "
-                               "that fit)" if bits == 32 else ""),
+            fail(where, f"{_argument_name(at)}, a Python int, does not fit int{bits}, the "
+                 "type jax.jit gives it" + (" while jax_enable_x64 is off (turn it on, or "
+                                             "pass values that fit)" if bits == 32 else ""),
                  repr(x), kind=XGatherTypeError)
         return x
     if not (isinstance(x, np.ndarray | np.generic) or hasattr(x, "__dlpack__")
             or hasattr(x, "__array__")):
         return x  # not an array (a module, a function): the jit's own rules
+    name = _argument_name(at)
     x = foreign_input(where, name, x)
     if isinstance(x, np.ndarray | np.generic):
         if x.dtype.kind in "USO":
