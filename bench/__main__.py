@@ -7,6 +7,7 @@ Usage::
                   [--allocator keep|default|both] [--json run.json]
     xgather-bench compare A.json B.json
     xgather-bench plot RECORD.json --out ratios.png
+    xgather-bench pages [--check] [--root .]
     xgather-bench sharded [--devices 8] [--quick]
     xgather-bench eager [--repeats 25] [--calls 200] [--json eager.json]
     xgather-bench crowding [--repeats 40] [--peers onnxruntime,openvino] [--json c.json]
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import gc
 import os
+import pathlib
 import platform
 import subprocess
 import sys
@@ -628,6 +630,15 @@ def main(argv=None) -> int:
         run_ = frameworks.run("quick" if a.quick else None, device, timing, names,
                               lambda msg: print(msg, file=sys.stderr))
         return _report(frameworks, {"allocator": alloc.allocator_settings(), **run_}, a.json)
+    if argv[:1] == ["pages"]:
+        from . import pages
+        p = argparse.ArgumentParser(prog="xgather-bench pages",
+                                    description="the docs' marked tables, from the records")
+        p.add_argument("--check", action="store_true", help="compare only; exit 1 if stale")
+        p.add_argument("--root", default=".", help="the clone (README.md and docs/)")
+        a = p.parse_args(argv[1:])
+        stale = pages.main(pathlib.Path(a.root), a.check)
+        return 1 if stale and a.check else 0
     if argv[:1] == ["plot"]:
         p = argparse.ArgumentParser(prog="xgather-bench plot")
         p.add_argument("record")

@@ -436,3 +436,75 @@ def test_xgather_export_is_an_attribute_without_an_import():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["xgather.export", "False"]
+
+
+# -- the tables made from the records (bench/pages.py) ------------------------------------------
+
+def _marked_tables():
+    from bench import pages
+    for path in pages.page_files(ROOT):
+        lines = path.read_text().split("\n")
+        for at, line in enumerate(lines):
+            m = pages.MARKER.match(line.strip())
+            if m:
+                rows = []
+                for row in lines[at + 1:]:
+                    if not row.startswith("|"):
+                        break
+                    rows.append([c.strip() for c in row.strip("|").split("|")])
+                yield path.name, m["kind"], m["records"].split(), rows
+
+
+def test_the_marked_tables_are_what_their_records_give():
+    from bench import pages
+    tables = list(_marked_tables())
+    assert {kind for _, kind, _, _ in tables} >= {"cost", "check", "check-summary"}
+    for path in pages.page_files(ROOT):
+        text = path.read_text()
+        assert pages.rewrite(text) == text, f"{path.name}: run `xgather-bench pages`"
+
+
+def _figure(cell: str) -> float:
+    return float(re.match(r"[\d.]+", cell).group())
+
+
+def test_the_cost_tables_quote_their_records_medians():
+    """Read from the record here, not through bench/pages.py: each cell of a ``cost``
+    table is its system's median (the faster thread count for the peers), in ms or, for
+    W8, in µs, to three figures."""
+    import json
+    columns = {"default": ["xgather"], "promise": ["xgather[promise]"],
+               "`jnp.take`": ["jnp.take"], "torch": ["torch 1t", "torch 2t", "torch-cuda"],
+               "onnxruntime": ["onnxruntime 1t", "onnxruntime 2t"]}
+    seen = 0
+    for page, kind, records, rows in _marked_tables():
+        if kind not in ("cost", "peers"):
+            continue
+        rec = json.loads((ROOT / "bench" / "results" / records[0]).read_text())
+        keep = any(r.get("allocator") == "keep" for r in rec["results"])
+        medians = {(r["workload"], r["system"]): r["median_s"] for r in rec["results"]
+                   if not keep or r.get("allocator") == "keep"}
+        head = rows[0]
+        for row in rows[2:]:
+            for title, cell in zip(head[1:], row[1:], strict=True):
+                if cell == "-":
+                    assert not any((row[0], s) in medians for s in columns[title])
+                    continue
+                best = min(medians[row[0], s] for s in columns[title]
+                           if (row[0], s) in medians)
+                want = best * (1e6 if row[0] == "W8" else 1e3)
+                assert _figure(cell) == pytest.approx(want, rel=6e-3, abs=0.6), (
+                    page, row[0], title)
+                seen += 1
+    assert seen >= 50
+
+
+def test_the_table_check_finds_a_changed_figure(tmp_path):
+    from bench import pages
+    (tmp_path / "docs").mkdir()
+    page = next(p for p in pages.page_files(ROOT) if "<!-- table: cost" in p.read_text())
+    text = page.read_text()
+    first = re.search(r"<!-- table: cost .*? -->\n\|.*\n\|.*\n\| W1 \| ([\d.]+)", text)
+    changed = text[:first.start(1)] + "9" + text[first.start(1):]
+    (tmp_path / "README.md").write_text(changed)
+    assert pages.main(tmp_path, check_only=True) == 1

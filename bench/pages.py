@@ -1,0 +1,208 @@
+"""The docs' tables, made from the records: ``xgather-bench pages [--check]``.
+
+A table in ``README.md`` or ``docs/*.md`` that starts after a marker line
+``<!-- table: KIND RECORD... [key=value] -->`` is made by :data:`KINDS` [KIND] from the
+named records under ``bench/results/`` (with the options given); ``xgather-bench pages``
+writes each such table again from its records, and ``--check`` (and
+``tests/test_docs.py``) fails where one differs. So a figure
+in a marked table has one source, its record, and pages that quote the same record agree.
+
+Kinds:
+
+* ``cost RECORD``: a call's time in ms (W8 in µs) per workload, each call waiting for its
+  result: the default, promise, ``jnp.take`` (or ``take_along_axis``, indexing: JAX's
+  own gather in its default mode), torch and onnxruntime (the faster of 1 and 2 threads;
+  on a GPU torch-cuda), from a main-job record;
+* ``peers RECORD``: the same without the default (a record whose default is not
+  today's check);
+* ``check-times RECORD``: a ``check`` record's default and promise in ms, blocked and
+  pipelined;
+* ``check RECORD RECORD``: the default over promise per workload, blocked and pipelined,
+  from two main-job records' ``check_cost`` (a CPU's two JAX versions);
+* ``check-summary CPU CPU GPU``: the same as ranges over classes of workloads, the GPU's
+  from a ``check`` record.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import re
+
+from . import record as _record
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+PAGES = ("README.md", "docs")
+MARKER = re.compile(r"^<!-- table: (?P<kind>[\w-]+) (?P<records>[^>]*?) -->$")
+#: The workload classes of ``check-summary``, as a user meets them.
+CLASSES = (("a row gather, or its gradient", ("W1", "W2", "W3", "W5", "W6", "W9")),
+           ("an element gather (GatherND of elements, GatherElements)", ("W4", "W10")),
+           ("a gather of 10 indices", ("W8",)),
+           ("a model step around a gather", ("M1", "M2", "M3", "M4")))
+
+
+def _load(name: str) -> dict:
+    """Record ``name`` under ``bench/results/`` (a main job's is validated)."""
+    with open(RESULTS / name) as f:
+        rec = json.load(f)
+    return _record.validate(rec) if rec.get("schema", "").startswith("xgather-bench/") else rec
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:#.3g}"
+
+
+def _time(workload: str, seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{_number(seconds * 1e6)} µs" if workload == "W8" else _number(seconds * 1e3)
+
+
+_TITLES = {"xgather": "default", "xgather[promise]": "promise", "jnp.take": "`jnp.take`"}
+
+
+def _jax_version(rec: dict) -> str:
+    return rec["versions"]["jax"]
+
+
+def cost(name: str, default: bool = True, workloads: str = "") -> str:
+    """A call's time per workload and system, blocked, from main-job record ``name``
+    (without the default's column where ``default`` is false; ``workloads``: those
+    named, comma-separated, else all)."""
+    rec = _load(name)
+    gpu = rec["device"]["platform"] == "gpu"
+    rows: dict[str, dict[str, float]] = {}
+    tuned = any(r.get("allocator") == "keep" for r in rec["results"])
+    only = set(workloads.split(",")) - {""}
+    for r in rec["results"]:  # the tuned allocator where the record has it
+        if (not tuned or r.get("allocator") == "keep") and (
+                not only or r["workload"] in only):
+            rows.setdefault(r["workload"], {})[r["system"]] = r["median_s"]
+    peers = (("torch", ("torch-cuda",) if gpu else ("torch 1t", "torch 2t")),
+             ("onnxruntime", () if gpu else ("onnxruntime 1t", "onnxruntime 2t")))
+    held = {s for systems in rows.values() for s in systems}
+    ours = [s for s in ("xgather", "xgather[promise]", "jnp.take")[0 if default else 1:]
+            if s in held]  # a column for each system the record holds
+    head = ["workload"] + [_TITLES[s] for s in ours] + [p for p, s in peers if s]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for w, systems in rows.items():
+        cells = [w] + [_time(w, systems.get(s)) for s in ours]
+        for _, names in peers:
+            if names:
+                found = [(systems[s], s) for s in names if s in systems]
+                best = min(found) if found else None
+                cells.append("-" if best is None else _time(w, best[0]) + (
+                    f" ({best[1][-2:]})" if best[1][-1] == "t" else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def check(*names: str) -> str:
+    """The default over promise per workload from main-job records' ``check_cost``:
+    blocked and pipelined (spread in brackets), per record; then the first calls'."""
+    recs = [_load(n) for n in names]
+    head = ["workload"] + [f"{how}, jax {_jax_version(r)}" for r in recs
+                           for how in ("blocked", "pipelined")] + [
+        f"first call, jax {_jax_version(r)}" for r in recs]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    costs = [{c["workload"]: c for c in _record.record_check_costs(r)} for r in recs]
+    for w in costs[0]:
+        cells = [w]
+        for c in costs:
+            got = c.get(w)
+            cells += ["-", "-"] if got is None else [
+                f"{got['ratio']:.2f} ({100 * got['spread']:.0f}%)",
+                f"{got['ratio_pipelined']:.2f} ({100 * got['spread_pipelined']:.0f}%)"]
+        cells += [f"{c[w]['first_call_ratio']:.2f}" if w in c else "-" for c in costs]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _span(values: list[float], workloads: list[str], members: tuple) -> str:
+    """``low-high x`` over ``values``; where one workload of several gave them, its name."""
+    if not values:
+        return "-"
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    text = f"{low}x" if low == high else f"{low}-{high}x"
+    named = set(workloads)
+    return text + (f" ({named.pop()})" if len(named) == 1 < len(members) else "")
+
+
+def check_summary(cpu_a: str, cpu_b: str, gpu: str) -> str:
+    """The default over promise as ranges per class of workload: two CPU main-job
+    records (both JAX versions) and one GPU ``check`` record."""
+    cpu = [c for n in (cpu_a, cpu_b) for c in _record.record_check_costs(_load(n))]
+    g = _load(gpu)
+    dev = "GPU" if not g else g["device"].get("kind", "GPU").replace("NVIDIA ", "")
+    lines = [f"| workload | CPU, blocked | CPU, pipelined | {dev}, blocked | "
+             f"{dev}, pipelined |", "|---|---|---|---|---|"]
+    for title, members in CLASSES:
+        mine = [c for c in cpu if c["workload"] in members]
+        on_gpu = [r for r in g.get("results", []) if r["workload"] in members]
+        here = [c["workload"] for c in mine], members
+        there = [r["workload"] for r in on_gpu], members
+        lines.append("| " + " | ".join([
+            title, _span([c["ratio"] for c in mine], *here),
+            _span([c["ratio_pipelined"] for c in mine], *here),
+            _span([r["default/promise blocked"] for r in on_gpu], *there),
+            _span([r["default/promise pipelined"] for r in on_gpu], *there)]) + " |")
+    return "\n".join(lines)
+
+
+def check_times(name: str) -> str:
+    """A ``check`` record's times in ms (W8 in µs): the default and promise, blocked and
+    pipelined (a call's share of 10 calls and one wait)."""
+    head = ["workload", "default, blocked", "promise, blocked", "default, pipelined",
+            "promise, pipelined"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in _load(name)["results"]:
+        w, m = r["workload"], r["median_s"]
+        lines.append("| " + " | ".join([w] + [_time(w, m[k]) for k in (
+            "default blocked", "promise blocked", "default pipelined",
+            "promise pipelined")]) + " |")
+    return "\n".join(lines)
+
+
+KINDS = {"cost": cost, "peers": functools.partial(cost, default=False), "check": check,
+         "check-times": check_times, "check-summary": check_summary}
+
+
+def page_files(root: pathlib.Path) -> list[pathlib.Path]:
+    return [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+
+
+def rewrite(text: str) -> str:
+    """``text`` with each marked table made again from its records."""
+    lines, out, at = text.split("\n"), [], 0
+    while at < len(lines):
+        line = lines[at]
+        out.append(line)
+        at += 1
+        m = MARKER.match(line.strip())
+        if m is None:
+            continue
+        words = m["records"].split()
+        options = dict(w.split("=", 1) for w in words if "=" in w)
+        out.extend(KINDS[m["kind"]](*[w for w in words if "=" not in w],
+                                    **options).split("\n"))
+        while at < len(lines) and lines[at].startswith("|"):
+            at += 1  # the old table
+    return "\n".join(out)
+
+
+def main(root: pathlib.Path, check_only: bool) -> int:
+    """Write (or with ``check_only``, compare) every page's marked tables; the count of
+    pages that differ."""
+    stale = 0
+    for path in page_files(root):
+        text = path.read_text()
+        if "<!-- table: " not in text:
+            continue
+        new = rewrite(text)
+        if new != text:
+            stale += 1
+            print(f"{path}: {'differs from its records' if check_only else 'written'}")
+            if not check_only:
+                path.write_text(new)
+    return stale
