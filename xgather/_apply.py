@@ -49,22 +49,18 @@ def program(call: Call, flag: bool):
     return jax.jit(body)
 
 
-def run(plan: Plan, data, indices, mode: str, fill_value=None, *,
-        indices_are_sorted: bool = False, unique_indices: bool = False, grad=None,
-        out_sharding=None):
-    """Run ``plan`` on ``data`` (a JAX array or tracer: ``xgather._frontend`` takes the host
-    path for data JAX cannot hold) and ``indices`` in ``mode``; ``fill_value`` a Python
-    scalar (as ``xgather._dtypes.fill_scalar`` gives it: it keys the jit cache) or None.
+def run(call: Call, data, indices):
+    """Run ``call`` on ``data`` (a JAX array or tracer: ``xgather._frontend`` takes the host
+    path for data JAX cannot hold) and ``indices``; ``call.fill_value`` a Python scalar (as
+    ``xgather._dtypes.fill_scalar`` gives it: it keys the jit cache) or None.
 
     With ``"error"``, concrete indices are checked at once (see
     ``eager_runner``); traced indices get a checkify check, and tracing
     stops with a clear error where nothing will functionalise that check.
     """
-    call = Call(plan, mode, fill_value, bool(indices_are_sorted), bool(unique_indices),
-                out_sharding, grad)
     if not _dtypes.is_traced(data, indices):
         return eager_runner(call, data, indices)(data, indices)
-    mode = check_now_or_later(plan, mode, indices)
+    mode = check_now_or_later(call.plan, call.mode, indices)
     where = _check.call_site() if mode == "error" else None  # the op's caller, at trace
     return program(call._replace(mode=mode, where=where), False)(data, indices)
 

@@ -320,10 +320,7 @@ def _run_and_cache(key, call: Call, data, indices, given_indices, check):
         RUNNERS[key] = runner
         # as later calls run: data as given, and indices as given where the runner converts
         return runner(data, indices if convert is None else given_indices)
-    return _apply.run(plan, checked, indices, call.mode, call.fill_value,
-                      indices_are_sorted=call.indices_are_sorted,
-                      unique_indices=call.unique_indices, grad=call.grad,
-                      out_sharding=call.out_sharding)
+    return _apply.run(call, checked, indices)
 
 
 def _host_run(call: Call, data, indices):
@@ -335,7 +332,7 @@ def _host_run(call: Call, data, indices):
     try:
         return _dtypes.host_gather(
             plan.op, data,
-            lambda iota, fill: _apply.run(plan, iota, indices, call.mode, fill),
+            lambda iota, fill: _apply.run(Call(plan, call.mode, fill), iota, indices),
             call.fill_value if call.mode == "fill" else None)
     except jax.errors.TracerArrayConversionError:  # constant indices inside jax.jit
         _no_host_path(plan, data, "inside jax.jit")

@@ -58,7 +58,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +79,7 @@ from xgather import (
     _lower,
 )
 from xgather._errors import XGatherError, fail
+from xgather._gather import Call
 
 TESTED_OPSETS = (17, 18, 19, 20, 21)
 """The model opsets the tests export at (13 and later are accepted)."""
@@ -131,7 +132,7 @@ def _node_primitive(op_type: str) -> Primitive:
         return call(data, indices)
 
     def abstract_eval(data, indices, *, attr, call):
-        return data.update(shape=call.plan.out_shape, weak_type=False)
+        return data.update(shape=call.call.plan.out_shape, weak_type=False)
 
     # Under vmap or a derivative the node gives way to the plain export form (same mode).
     def batch(args, dims, *, attr, call):
@@ -144,11 +145,9 @@ def _node_primitive(op_type: str) -> Primitive:
         # the indices a float0 tangent, which jax2onnx cannot export. The plain form
         # is linear in the data, so JAX transposes it for reverse mode.
         data, indices = primals
-        options = dict(call.options)
-        grad = options.pop("grad", None)
-        linear = _Call(call.run, call.plan, call.mode, 0, options)
+        linear = call._replace(call=call.call._replace(fill_value=0, grad=None))
         tangent = _grad.tangent(lambda t: linear.plain(t, indices),
-                                ad.instantiate_zeros(tangents[0]), grad)
+                                ad.instantiate_zeros(tangents[0]), call.call.grad)
         return call.plain(data, indices), tangent
 
     prim.def_impl(impl)
@@ -161,36 +160,25 @@ def _node_primitive(op_type: str) -> Primitive:
 _PRIMS = {op_type: _node_primitive(op_type) for op_type in _NODE_TYPES}
 
 
-class _Call:
-    """``xgather._apply.run`` with its plan and options bound: hashable, a primitive parameter."""
+class _Bound(NamedTuple):
+    """``xgather._apply.run`` and the call it runs: hashable, a primitive parameter."""
 
-    def __init__(self, run: Callable, plan, mode: str, fill_value, options: dict[str, Any]):
-        self.run, self.plan, self.mode, self.fill_value = run, plan, mode, fill_value
-        self.options = tuple(sorted(options.items()))
-
-    def _key(self):
-        return self.run, self.plan, self.mode, self.fill_value, self.options
+    run: Callable
+    call: Call
 
     def __call__(self, data, indices):
-        return self.run(self.plan, data, indices, self.mode, self.fill_value,
-                        **dict(self.options))
+        return self.run(self.call, data, indices)
 
     def plain(self, data, indices):
         # The node's indices: for "error", already in the form of _onnx_range.
-        return _export(self.run, self.plan, data, indices, self.mode, self.fill_value,
-                       node=False, in_onnx_range=True, **dict(self.options))
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def __eq__(self, other):
-        return isinstance(other, _Call) and self._key() == other._key()
+        return _export(self.run, self.call, data, indices, node=False, in_onnx_range=True)
 
 
-def _node(op_type: str, run: Callable, plan, data, indices, mode: str, fill_value, options):
+def _node(op_type: str, run: Callable, call: Call, data, indices):
+    plan = call.plan
     attr = plan.batch_dims if op_type == "GatherND" else plan.index_axes[0]
     return _PRIMS[op_type].bind(jnp.asarray(data), jnp.asarray(indices), attr=attr,
-                                call=_Call(run, plan, mode, fill_value, options))
+                                call=_Bound(run, call))
 
 
 # --- mode="error": onnxruntime's own bounds check ----------------------------------------------
@@ -251,9 +239,9 @@ batching.primitive_batchers[_GUARD] = _guard_batch
 ad.primitive_jvps[_GUARD] = _guard_jvp
 
 
-def _guarded(run: Callable, plan, data, indices, options, in_onnx_range: bool = False):
+def _guarded(run: Callable, call: Call, data, indices, in_onnx_range: bool = False):
     """``mode="error"`` with no node for it: the guard, then the gather on in-range indices."""
-    idx = jnp.asarray(indices)
+    plan, idx = call.plan, jnp.asarray(indices)
     idx = _GUARD.bind(idx if in_onnx_range else _onnx_range(plan, idx), op=plan.op,
                       bounds=plan.bounds, negative=plan.negative, vector=plan.index_vector)
     plan = dataclasses.replace(plan, negative=False)
@@ -267,7 +255,8 @@ def _guarded(run: Callable, plan, data, indices, options, in_onnx_range: bool = 
         if crop is not None:
             crop = tuple(c + int(a in empty) for a, c in enumerate(crop))
         plan = dataclasses.replace(plan, data_shape=data.shape, data_crop=crop)
-    return run(plan, data, _int32(plan, idx), "promise_in_bounds", None, **options)
+    return run(call._replace(plan=plan, mode="promise_in_bounds", fill_value=None), data,
+               _int32(plan, idx))
 
 
 # --- the plain path: indices made in range with compares and selects ---------------------------
@@ -328,37 +317,38 @@ def _plain(plan, mode: str, fill_value, data, idx):
     return dataclasses.replace(plan, negative=False), data, idx
 
 
-def _export(run: Callable, plan, data, indices, mode: str, fill_value=None, *,
-            node: bool = True, in_onnx_range: bool = False, **options):
+def _export(run: Callable, call: Call, data, indices, *, node: bool = True,
+            in_onnx_range: bool = False):
     """``xgather._apply.run`` as it exports: the ONNX node, or plain ops on in-range indices.
 
     ``node=False`` is the plain form (under vmap or a derivative); ``in_onnx_range``
     says the indices went through ``_onnx_range`` already (the node's indices).
     """
+    plan, mode = call.plan, call.mode
     op_type = _node_type(plan)
-    options.pop("out_sharding", None)  # an ONNX graph places nothing: the runtime decides
+    call = call._replace(out_sharding=None)  # an ONNX graph places nothing: the runtime's
     if mode == "error":
         if not _dtypes.is_traced(indices):
             _check.host_check(plan, indices)  # indices known at export: the check, now
             mode = "promise_in_bounds"
         elif node and op_type:
-            return _node(op_type, run, plan, data, _onnx_range(plan, jnp.asarray(indices)),
-                         mode, fill_value, options)
+            return _node(op_type, run, call, data, _onnx_range(plan, jnp.asarray(indices)))
         else:
-            return _guarded(run, plan, data, indices, options, in_onnx_range)
+            return _guarded(run, call, data, indices, in_onnx_range)
     if node and op_type and mode == "promise_in_bounds" and _spec_op(plan).startswith("onnx."):
-        return _node(op_type, run, plan, data, indices, mode, fill_value, options)
+        return _node(op_type, run, call._replace(mode=mode), data, indices)
     _gather.no_clamp_into_nothing(plan, mode, indices)
     if 0 in plan.bounds or not math.prod(plan.out_shape):
         # Nothing to index (every index is out of range, and the op fills), or nothing to
         # write: the result is known (jax2onnx's GatherND, where the plain form would go,
         # rejects empty batch dims).
-        fill = 0 if fill_value is None else fill_value
+        fill = 0 if call.fill_value is None else call.fill_value
         return jnp.full(plan.out_shape, fill, jnp.asarray(data).dtype)
     if mode != "promise_in_bounds":  # clamped or sent to the fill slot: no longer promises
-        options.update(indices_are_sorted=False, unique_indices=False)
-    plan, data, indices = _plain(plan, mode, fill_value, data, indices)
-    return run(plan, data, _int32(plan, indices), "promise_in_bounds", None, **options)
+        call = call._replace(indices_are_sorted=False, unique_indices=False)
+    plan, data, indices = _plain(plan, mode, call.fill_value, data, indices)
+    return run(call._replace(plan=plan, mode="promise_in_bounds", fill_value=None), data,
+               _int32(plan, indices))
 
 
 # --- the jax2onnx plugin ------------------------------------------------------------------------
@@ -432,7 +422,7 @@ def register_jax2onnx() -> None:
         def lower(self, ctx, eqn):
             data_var, idx_var = eqn.invars
             out_var = eqn.outvars[0]
-            plan = eqn.params["call"].plan
+            plan = eqn.params["call"].call.plan
             data = ctx.get_value_for_var(data_var, name_hint=ctx.fresh_name("xgather_data"))
             idx = ctx.get_value_for_var(idx_var, name_hint=ctx.fresh_name("xgather_indices"))
             accepted = (np.int64,) if self.op_type == "GatherND" else (np.int32, np.int64)
