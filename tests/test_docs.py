@@ -175,6 +175,22 @@ def test_no_code_line_is_wider_than_79_characters(source):
     assert not wide, f"code lines over {CODE_WIDTH} characters: " + ", ".join(wide)
 
 
+def test_no_docstring_example_line_is_wider_than_79_characters():
+    """The API page shows each docstring's examples as code, prompts included, in the
+    same 79 characters (``# doctest: +SKIP`` comments, which it shows too, included)."""
+    import inspect
+
+    import xgather
+    wide = []
+    for path in sorted((ROOT / "xgather").rglob("*.py")):
+        for at, line in enumerate(path.read_text().split("\n"), 1):
+            text = line.strip()
+            if text.startswith((">>>", "...")) and len(text) > CODE_WIDTH:
+                wide.append(f"{path.relative_to(ROOT)}:{at} ({len(text)} characters)")
+    assert inspect.getdoc(xgather.explain).count(">>>") >= 2  # examples are found
+    assert not wide, f"example lines over {CODE_WIDTH} characters: " + ", ".join(wide)
+
+
 #: The extras ``pyproject.toml`` defines (``pip install -e '.[name]'``).
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
              ["optional-dependencies"])

@@ -431,8 +431,8 @@ def explain(op, *args, **kwargs) -> Plan:
 
     Examples:
         >>> import numpy as np, xgather
-        >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(5, np.int64),
-        ...                     axis=1)
+        >>> p = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)),
+        ...                     np.zeros(5, np.int64), axis=1)
         >>> p.out_shape, p.index_axes, p.bounds
         ((3, 5), (1,), (4,))
     """

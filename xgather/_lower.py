@@ -157,7 +157,8 @@ def lowering(platform: str | None = None, *, element_gather: str | None = None,
     Examples:
         >>> import numpy as np, xgather
         >>> with xgather.lowering("gpu"):
-        ...     plan = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)), np.zeros(2, int), 1)
+        ...     plan = xgather.explain(xgather.onnx.gather, np.zeros((3, 4)),
+        ...                            np.zeros(2, int), 1)
         >>> plan.platform, plan.lowering
         ('gpu', 'vmap')
     """

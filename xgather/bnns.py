@@ -67,7 +67,8 @@ def gather_nd(input: ArrayLike, indices: ArrayLike, batch_dimension_count: int =
 
     Examples:
         >>> import numpy as np, xgather
-        >>> x = np.array([10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33.]).reshape(3, 2, 2)
+        >>> x = np.array([10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33.])
+        >>> x = x.reshape(3, 2, 2)
         >>> xgather.bnns.gather_nd(x, np.array([1, 0], np.int32)[None]).tolist()
         [[20.0, 21.0]]
     """
@@ -99,7 +100,8 @@ def gather_along_axis(input: ArrayLike, indices: ArrayLike, axis: int, *,  # noq
 
     Examples:
         >>> import xgather
-        >>> xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1).tolist()
+        >>> out = xgather.bnns.gather_along_axis([[1, 2], [3, 4]], [[1], [0]], axis=1)
+        >>> out.tolist()
         [[2], [3]]
     """
 

@@ -582,11 +582,11 @@ def to_onnx(fn: Callable, inputs: Sequence[Any], *, opset: int = 21, **kwargs):
       What ``jax2onnx.to_onnx`` returns: an ``onnx.ModelProto`` by default.
 
     Examples:
-        >>> import numpy as np, xgather, xgather.export                   # doctest: +SKIP
-        >>> f = lambda d, i: xgather.onnx.gather(d, i, axis=1)            # doctest: +SKIP
-        >>> model = xgather.export.to_onnx(f, [np.zeros((2, 3), np.float32),
-        ...                                    np.zeros(4, np.int32)])    # doctest: +SKIP
-        >>> [n.op_type for n in model.graph.node]                         # doctest: +SKIP
+        >>> import numpy as np, xgather, xgather.export  # doctest: +SKIP
+        >>> f = lambda d, i: xgather.onnx.gather(d, i, axis=1)  # doctest: +SKIP
+        >>> args = [np.zeros((2, 3), np.float32), np.zeros(4, np.int32)]
+        >>> model = xgather.export.to_onnx(f, args)  # doctest: +SKIP
+        >>> [n.op_type for n in model.graph.node]  # doctest: +SKIP
         ['Gather']
     """
     if isinstance(opset, bool | np.bool_) or not isinstance(opset, int | np.integer) or \

@@ -91,7 +91,8 @@ def gather(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, training: bool
 
     Examples:
         >>> import jax, jax.numpy as jnp, xgather
-        >>> f = lambda d: xgather.labview.gather(d, jnp.array([0, 0, 2]), lda_coeff=0.5).sum()
+        >>> ids = jnp.array([0, 0, 2])
+        >>> f = lambda d: xgather.labview.gather(d, ids, lda_coeff=0.5).sum()
         >>> jax.grad(f)(jnp.ones(3)).tolist()
         [1.0, 0.0, 0.5]
     """

@@ -140,8 +140,10 @@ def gather(data: ArrayLike, indices: ArrayLike, axis, batch_dims: int = 0, *, ve
 
     Examples:
         >>> import xgather
-        >>> xgather.openvino.gather([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]],
-        ...                         [[0, 0, 4], [4, 0, 0]], axis=1, batch_dims=1).tolist()
+        >>> data = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+        >>> out = xgather.openvino.gather(data, [[0, 0, 4], [4, 0, 0]], axis=1,
+        ...                               batch_dims=1)
+        >>> out.tolist()
         [[1, 1, 5], [10, 6, 6]]
     """
 
@@ -186,7 +188,9 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int, *,
 
     Examples:
         >>> import xgather
-        >>> xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
+        >>> out = xgather.openvino.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]],
+        ...                                        axis=1)
+        >>> out.tolist()
         [[1, 1], [4, 3]]
     """
 

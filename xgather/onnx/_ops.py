@@ -58,8 +58,10 @@ def op_version(op_type: str, opset: int) -> int:
     opset up to 26 changed these ops.
 
     Examples:
-        >>> op_version("Gather", 21), op_version("GatherND", 12), op_version("GatherElements", 12)
-        (13, 12, 11)
+        >>> op_version("Gather", 21), op_version("GatherND", 12)
+        (13, 12)
+        >>> op_version("GatherElements", 12)
+        11
     """
     if op_type not in VERSIONS:
         fail("xgather.onnx", f"op_type must be one of {', '.join(VERSIONS)}", repr(op_type))
@@ -228,6 +230,8 @@ def gather_elements(data: ArrayLike, indices: ArrayLike, axis: int = 0, *, opset
 
     Examples:
         >>> import xgather
-        >>> xgather.onnx.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1).tolist()
+        >>> out = xgather.onnx.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]],
+        ...                                    axis=1)
+        >>> out.tolist()
         [[1, 1], [4, 3]]
     """
