@@ -62,6 +62,16 @@ def _time(workload: str, seconds: float | None) -> str:
 _TITLES = {"xgather": "default", "xgather[promise]": "promise", "jnp.take": "`jnp.take`"}
 
 
+def _tuned(entries: list[dict]) -> list[dict]:
+    """A record's results (or ``check_cost``) as the tuned allocator gave them, where it
+    ran both (``--allocator both``: systems named ``... @keep`` and ``... @default``),
+    under their plain names."""
+    if not any(e["system"].endswith(" @keep") for e in entries):
+        return entries
+    return [{**e, "system": e["system"].removesuffix(" @keep")} for e in entries
+            if e["system"].endswith(" @keep")]
+
+
 def _jax_version(rec: dict) -> str:
     return rec["versions"]["jax"]
 
@@ -73,11 +83,9 @@ def cost(name: str, default: bool = True, workloads: str = "") -> str:
     rec = _load(name)
     gpu = rec["device"]["platform"] == "gpu"
     rows: dict[str, dict[str, float]] = {}
-    tuned = any(r.get("allocator") == "keep" for r in rec["results"])
     only = set(workloads.split(",")) - {""}
-    for r in rec["results"]:  # the tuned allocator where the record has it
-        if (not tuned or r.get("allocator") == "keep") and (
-                not only or r["workload"] in only):
+    for r in _tuned(rec["results"]):
+        if not only or r["workload"] in only:
             rows.setdefault(r["workload"], {})[r["system"]] = r["median_s"]
     peers = (("torch", ("torch-cuda",) if gpu else ("torch 1t", "torch 2t")),
              ("onnxruntime", () if gpu else ("onnxruntime 1t", "onnxruntime 2t")))
@@ -106,7 +114,7 @@ def check(*names: str) -> str:
                            for how in ("blocked", "pipelined")] + [
         f"first call, jax {_jax_version(r)}" for r in recs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    costs = [{c["workload"]: c for c in _record.record_check_costs(r)} for r in recs]
+    costs = [{c["workload"]: c for c in _tuned(_record.record_check_costs(r))} for r in recs]
     for w in costs[0]:
         cells = [w]
         for c in costs:
@@ -132,7 +140,7 @@ def _span(values: list[float], workloads: list[str], members: tuple) -> str:
 def check_summary(cpu_a: str, cpu_b: str, gpu: str) -> str:
     """The default over promise as ranges per class of workload: two CPU main-job
     records (both JAX versions) and one GPU ``check`` record."""
-    cpu = [c for n in (cpu_a, cpu_b) for c in _record.record_check_costs(_load(n))]
+    cpu = [c for n in (cpu_a, cpu_b) for c in _tuned(_record.record_check_costs(_load(n)))]
     g = _load(gpu)
     dev = "GPU" if not g else g["device"].get("kind", "GPU").replace("NVIDIA ", "")
     lines = [f"| workload | CPU, blocked | CPU, pipelined | {dev}, blocked | "
