@@ -59,7 +59,16 @@ def _time(workload: str, seconds: float | None) -> str:
     return f"{_number(seconds * 1e6)} µs" if workload == "W8" else _number(seconds * 1e3)
 
 
-_TITLES = {"xgather": "default", "xgather[promise]": "promise", "jnp.take": "`jnp.take`"}
+#: The columns of each time table: a title, and the systems it takes the fastest of
+#: (threads named as ``(2t)``); a column no workload of the record has is left out.
+COLUMNS = {
+    "cost": (("default", ("xgather",)), ("promise", ("xgather[promise]",)),
+             ("`jnp.take`", ("jnp.take",)),
+             ("torch", ("torch 1t", "torch 2t", "torch-cuda", "torch-cuda embedding")),
+             ("onnxruntime", ("onnxruntime 1t", "onnxruntime 2t"))),
+    "more": (("`lax`", ("lax",)), ("OpenVINO", ("openvino 1t", "openvino 2t")),
+             ("NumPy", ("numpy",)), ("CuPy", ("cupy",))),
+}
 
 
 def _tuned(entries: list[dict]) -> list[dict]:
@@ -76,32 +85,27 @@ def _jax_version(rec: dict) -> str:
     return rec["versions"]["jax"]
 
 
-def cost(name: str, default: bool = True, workloads: str = "") -> str:
-    """A call's time per workload and system, blocked, from main-job record ``name``
-    (without the default's column where ``default`` is false; ``workloads``: those
-    named, comma-separated, else all)."""
+def cost(name: str, columns: str = "cost", workloads: str = "") -> str:
+    """A call's time per workload, each call waiting for its result, from main-job
+    record ``name``: the :data:`COLUMNS` named ``columns`` (``cost`` without ``default``:
+    ``peers``), and the workloads named (comma-separated; else all)."""
     rec = _load(name)
-    gpu = rec["device"]["platform"] == "gpu"
     rows: dict[str, dict[str, float]] = {}
     only = set(workloads.split(",")) - {""}
     for r in _tuned(rec["results"]):
         if not only or r["workload"] in only:
             rows.setdefault(r["workload"], {})[r["system"]] = r["median_s"]
-    peers = (("torch", ("torch-cuda",) if gpu else ("torch 1t", "torch 2t")),
-             ("onnxruntime", () if gpu else ("onnxruntime 1t", "onnxruntime 2t")))
     held = {s for systems in rows.values() for s in systems}
-    ours = [s for s in ("xgather", "xgather[promise]", "jnp.take")[0 if default else 1:]
-            if s in held]  # a column for each system the record holds
-    head = ["workload"] + [_TITLES[s] for s in ours] + [p for p, s in peers if s]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    chosen = COLUMNS["cost"][1:] if columns == "peers" else COLUMNS[columns]
+    cols = [(t, names) for t, names in chosen if any(n in held for n in names)]
+    lines = ["| " + " | ".join(["workload"] + [t for t, _ in cols]) + " |",
+             "|" + "---|" * (len(cols) + 1)]
     for w, systems in rows.items():
-        cells = [w] + [_time(w, systems.get(s)) for s in ours]
-        for _, names in peers:
-            if names:
-                found = [(systems[s], s) for s in names if s in systems]
-                best = min(found) if found else None
-                cells.append("-" if best is None else _time(w, best[0]) + (
-                    f" ({best[1][-2:]})" if best[1][-1] == "t" else ""))
+        cells = [w]
+        for _, names in cols:
+            found = sorted((systems[n], n) for n in names if n in systems)
+            cells.append("-" if not found else _time(w, found[0][0]) + (
+                f" ({found[0][1][-2:]})" if found[0][1].endswith("t") else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -172,7 +176,8 @@ def check_times(name: str) -> str:
     return "\n".join(lines)
 
 
-KINDS = {"cost": cost, "peers": functools.partial(cost, default=False), "check": check,
+KINDS = {"cost": cost, "peers": functools.partial(cost, columns="peers"),
+         "more": functools.partial(cost, columns="more"), "check": check,
          "check-times": check_times, "check-summary": check_summary}
 
 

@@ -924,9 +924,11 @@ def test_clear_caches_empties_the_check_tables_once_no_flag_is_pending():
         xgather.raise_if_error()
     xgather.clear_caches()
     assert len(_report._sites) == len(_checked._layouts) == 0
+    assert _checked._queue().calls == {}  # the per-function call counters too
     f(DATA, np.array([8]))  # traced again: new numbers
-    with pytest.raises(xgather.OutOfBoundsError, match=r"index 8 at indices\[0\]"):
+    with pytest.raises(xgather.OutOfBoundsError, match=r"index 8 at indices\[0\]") as info:
         xgather.raise_if_error()
+    assert info.value.call == 1  # counted afresh
 
 
 def test_the_default_mode_exports_with_jax_export_and_a_symbolic_batch():

@@ -255,7 +255,8 @@ def clear_caches() -> None:
     a [`checked`][xgather.checked] call is pending (read them first with
     [`raise_if_error`][xgather.raise_if_error]), the tables are emptied and JAX's own
     caches with them (``jax.clear_caches()``), so that no program keeps an old number.
-    The queues of threads that have ended, read already, are dropped.
+    The queues of threads that have ended, read already, are dropped, and each thread's
+    count of its checked functions' calls starts again.
 
     Examples:
         >>> import numpy as np, xgather
@@ -266,6 +267,9 @@ def clear_caches() -> None:
     with _queues_lock:
         _queues[:] = [q for q in _queues if q.count or q.thread.is_alive()]
         pending = any(q.count for q in _queues)
+    if not pending:
+        for queue in _queues:  # the calls' numbers start again (a pending one keeps its own)
+            queue.calls.clear()
     if not pending and (len(_report._sites) or len(_layouts)):
         jax.clear_caches()
         _report._sites.clear()
