@@ -11,7 +11,7 @@ import functools
 import jax
 import numpy as np
 
-from xgather import _check, _dtypes, _patches
+from xgather import _check, _dtypes, _patches, _report
 from xgather._errors import fail
 from xgather._gather import Call
 from xgather._plan import Plan
@@ -86,7 +86,7 @@ def eager_runner(call: Call, data, indices, *, own_indices: bool = False):
     if not checks:
         return held(gather, data, indices, own_indices)
     if on_host:
-        check = _check.host_checker(plan)
+        check = _report.host_checker(plan)
 
         def host_checked(data, indices):
             # Dispatched first, so that the check runs while the program does (a bad

@@ -98,45 +98,15 @@ def _add_min(a, b):
     return lax.add(a[0], b[0]), lax.min(a[1], b[1])
 
 
-_HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy's reductions
-
-
-def _host_range(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The spec's range of each index component: lowest and highest valid values."""
-    lows = tuple(-s if plan.negative else 0 for s in plan.bounds)
-    return lows, tuple(s - 1 for s in plan.bounds)
-
-
-def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
-    """All indices within ``[lows, highs]`` (per component where ``vector``)."""
-    if vector:
-        flat = indices.reshape(-1, indices.shape[-1])
-        mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
-    elif indices.size <= _HOST_LIST_MAX:
-        values = indices.ravel().tolist()
-        return lows[0] <= min(values) and max(values) <= highs[0]
-    else:
-        mins, maxs = [indices.min().item()], [indices.max().item()]
-    # Python ints: exact for every index type (uint64 against int64 bounds included).
-    return all(lo <= a and b <= hi for a, b, lo, hi in zip(mins, maxs, lows, highs,
-                                                           strict=True))
-
-
 def host_check(plan, indices) -> None:
     """The check on concrete indices, raising
-    [`OutOfBoundsError`][xgather.OutOfBoundsError] at once. The indices' minimum and
-    maximum decide; only a bad index costs the report. Indices that other processes hold
-    part of (``jax.distributed``) are checked on the devices, every process raising the
-    same error."""
+    [`OutOfBoundsError`][xgather.OutOfBoundsError] at once (``xgather._report.host_check``).
+    Indices that other processes hold part of (``jax.distributed``) are checked on the
+    devices, every process raising the same error."""
     if isinstance(indices, jax.Array) and not indices.is_fully_addressable:
         _device_checker(plan)(indices)
         return
-    indices = np.asarray(indices)
-    if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
-        return
-    indices = _indices.fit_dtype(plan, indices)  # room for sizes and counts
-    args = [int(a) for a in _report.report_args(plan, indices)]
-    raise _report.out_of_bounds(plan, indices.ndim, args)
+    _report.host_check(plan, indices)
 
 
 @functools.lru_cache(maxsize=256)
@@ -153,18 +123,6 @@ def _device_checker(plan):
             raise _report.site_error(msg) or OutOfBoundsError(msg)
     run.program = program  # what a test lowers
     return run
-
-
-def host_checker(plan):
-    """``host_check`` for ``plan``'s NumPy indices, its range settled once: the
-    per-call check of a cached eager call."""
-    vector = plan.index_vector
-    lows, highs = _host_range(plan)
-
-    def check(indices: np.ndarray) -> None:
-        if indices.size and not _in_range(indices, vector, lows, highs):
-            host_check(plan, indices)  # the report
-    return check
 
 
 def replicated(x):

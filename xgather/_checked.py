@@ -373,26 +373,24 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     equinox's partition, caching and retracing. ``.lower`` is the jit's, of the checked
     program (its flag, then ``fn``'s result).
 
-    The call returns without waiting for the program; its flag is read later. An
-    [`OutOfBoundsError`][xgather.OutOfBoundsError] is raised at a later call of any
-    checked function in this thread (which waits only past
+    The call returns at once; an [`OutOfBoundsError`][xgather.OutOfBoundsError] is
+    raised at a later call of any checked function in this thread (which waits only past
     [`MAX_PENDING`][xgather.MAX_PENDING] unread flags), at
-    [`raise_if_error`][xgather.raise_if_error], or reported at exit; each failure in its
+    [`raise_if_error`][xgather.raise_if_error], or reported at exit, each failure in its
     turn. ``sync=True`` (or [`sync_checks`][xgather.sync_checks]) raises at the call,
     older failures first, after the step ran (``nnx.jit`` has written it back; a
     donating call's error carries its result as ``result``).
 
-    Use it as the outermost wrapper. Also a decorator: ``@xgather.checked`` or
-    ``@xgather.checked(jit=nnx.jit)``. Its ``jitted`` is the jit's function itself, which
-    returns ``((flag, leaves), result)``: export that with ``jax.export`` (symbolic
-    shapes too), and read ``flag[0]``, 1 where a check failed.
+    The outermost wrapper; also a decorator (``@xgather.checked(jit=nnx.jit)``). Its
+    ``jitted`` is the jit's function, which returns ``((flag, leaves), result)``: export
+    that with ``jax.export`` (symbolic shapes too); ``flag[0]`` is 1 where a check failed.
 
     Examples:
-        >>> import jax, numpy as np, xgather
+        >>> import numpy as np, xgather
         >>> f = xgather.checked(lambda d, i: xgather.onnx.gather(d, i))
-        >>> f(np.arange(3.0, dtype=np.float32), np.array([2, -1])).tolist()
-        [2.0, 2.0]
-        >>> _ = f(np.arange(3.0, dtype=np.float32), np.array([3]))  # returns at once
+        >>> d = np.arange(3.0, dtype=np.float32)
+        >>> f(d, np.array([2, -1])).tolist(), f(d, np.array([3])).shape  # returns
+        ([2.0, 2.0], (1,))
         >>> try:
         ...     xgather.raise_if_error()
         ... except xgather.OutOfBoundsError as err:
@@ -404,14 +402,12 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     if not callable(fn):
         fail("xgather.checked", "fn must be a callable (a function of arrays)",
              type(fn).__name__, kind=XGatherTypeError)
-    jit = jax.jit if jit is None else jit
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    program = jit(_checkified(fn, jit), **jit_options)
+    program = (jit or jax.jit)(_checkified(fn, jit), **jit_options)
     static = _static(jit_options)
     donating = any(k.startswith("donate") and v not in ((), None, "none")
                    for k, v in jit_options.items())
-    name_key = object()  # this function's count of calls in a thread's queue
-    on_host = None  # whether flags are on the host already (a CPU's), once known
+    name_key, on_host = object(), None  # its calls' counter; flags on the host (a CPU's)?
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -36,6 +36,7 @@ from xgather import (
     _modes,
     _patches,
     _plan,
+    _report,
 )
 from xgather._errors import XGatherTypeError, fail
 from xgather._gather import Call
@@ -303,7 +304,7 @@ def _run_and_cache(key, call: Call, data, indices, given_indices, check):
             # "error": one pass over the indices as given checks them; in range, they fit
             # the 32-bit type, and are converted without a pass to ask
             narrow = indices.dtype
-            checks = _check.host_checker(plan)
+            checks = _report.host_checker(plan)
             unchecked = _apply.eager_runner(call._replace(mode="promise_in_bounds"), data,
                                             indices, own_indices=True)
 

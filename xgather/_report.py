@@ -4,7 +4,8 @@ traced check refers to by number.
 The report (``report_format``, ``report_args``): the op, the first bad index as given, its
 position, the valid range and the count of bad indices, as a message and as the
 attributes of the [`OutOfBoundsError`][xgather.OutOfBoundsError] (``out_of_bounds``).
-Concrete indices are reported on the host; a traced check under
+Concrete indices are checked and reported on the host (``host_check``,
+``host_checker``); a traced check under
 [`checked`][xgather.checked] carries three values and its site's number (``_site``), and
 the host makes the report when it raises (``site_error``).
 """
@@ -99,6 +100,56 @@ def out_of_bounds(plan, ndim: int, args: list[int], where: str = "") -> OutOfBou
         err.file, err.line = file, int(line)
     return err
 
+
+
+# -- the check of concrete indices, on the host ----------------------------------------------
+
+_HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy's reductions
+
+
+def _host_range(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The spec's range of each index component: lowest and highest valid values."""
+    lows = tuple(-s if plan.negative else 0 for s in plan.bounds)
+    return lows, tuple(s - 1 for s in plan.bounds)
+
+
+def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
+    """All indices within ``[lows, highs]`` (per component where ``vector``)."""
+    if vector:
+        flat = indices.reshape(-1, indices.shape[-1])
+        mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
+    elif indices.size <= _HOST_LIST_MAX:
+        values = indices.ravel().tolist()
+        return lows[0] <= min(values) and max(values) <= highs[0]
+    else:
+        mins, maxs = [indices.min().item()], [indices.max().item()]
+    # Python ints: exact for every index type (uint64 against int64 bounds included).
+    return all(lo <= a and b <= hi for a, b, lo, hi in zip(mins, maxs, lows, highs,
+                                                           strict=True))
+
+
+def host_check(plan, indices) -> None:
+    """The check on concrete indices this process holds whole, raising
+    [`OutOfBoundsError`][xgather.OutOfBoundsError] at once. The indices' minimum and
+    maximum decide; only a bad index costs the report."""
+    indices = np.asarray(indices)
+    if indices.size == 0 or _in_range(indices, plan.index_vector, *_host_range(plan)):
+        return
+    indices = _indices.fit_dtype(plan, indices)  # room for sizes and counts
+    args = [int(a) for a in report_args(plan, indices)]
+    raise out_of_bounds(plan, indices.ndim, args)
+
+
+def host_checker(plan):
+    """``host_check`` for ``plan``'s NumPy indices, its range settled once: the
+    per-call check of a cached eager call."""
+    vector = plan.index_vector
+    lows, highs = _host_range(plan)
+
+    def check(indices: np.ndarray) -> None:
+        if indices.size and not _in_range(indices, vector, lows, highs):
+            host_check(plan, indices)  # the report
+    return check
 
 
 class _Numbered:
