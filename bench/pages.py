@@ -19,6 +19,8 @@ Kinds:
   pipelined;
 * ``check RECORD RECORD``: the default over promise per workload, blocked and pipelined,
   from two main-job records' ``check_cost`` (a CPU's two JAX versions);
+* ``lax-checked RECORD...``: the default against a hand-written checked program;
+* ``frameworks RECORD...``: the framework steps, checked over bare, and their host time;
 * ``check-summary CPU CPU GPU``: the same as ranges over classes of workloads, the GPU's
   from a ``check`` record.
 """
@@ -176,9 +178,58 @@ def check_times(name: str) -> str:
     return "\n".join(lines)
 
 
+def lax_checked(*names: str) -> str:
+    """``xgather-bench check`` records (one per JAX version): per workload, the default's
+    time over ``lax-checked``'s (a hand-written program of ``lax.gather`` and ``jnp.any``
+    of its out-of-range test, its flag read at the next call), blocked / pipelined, and
+    ``lax-checked``'s over promise's (where it is 1.5x or more, it is no floor)."""
+    recs = [_load(n) for n in names]
+    head = ["workload"] + [f"{what}, jax {_jax_version(r)}" for r in recs
+                           for what in ("default / lax-checked", "lax-checked / promise")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [{x["workload"]: x for x in r["results"]} for r in recs]
+    for w in rows[0]:
+        cells = [w]
+        for row in rows:
+            x = row.get(w, {})
+            if "default/lax-checked blocked" not in x:
+                cells += ["-", "-"]
+                continue
+            cells += [f"{x['default/lax-checked blocked']:.2f} / "
+                      f"{x['default/lax-checked pipelined']:.2f}",
+                      f"{x['lax-checked/promise blocked']:.2f} / "
+                      f"{x['lax-checked/promise pipelined']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def frameworks(*names: str) -> str:
+    """``xgather-bench frameworks`` records (one per JAX version): per framework, the
+    checked step over the bare one in promise, pipelined (spread in brackets), and a
+    call's host time in µs, bare / checked."""
+    recs = [_load(n) for n in names]
+    head = ["step"] + [f"{what}, jax {_jax_version(r)}" for r in recs
+                       for what in ("checked / bare", "host µs")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [{x["framework"]: x for x in r["results"]} for r in recs]
+    for name in rows[0]:
+        cells = [f"`{name}`"]
+        for row in rows:
+            x = row.get(name)
+            if x is None or "ratio" not in x:
+                cells += ["-", "-"]
+                continue
+            host = x["host_call_s"]
+            cells += [f"{x['ratio']:.2f} ({100 * x['spread']:.0f}%)",
+                      f"{host['promise'] * 1e6:.0f} / {host['checked'] * 1e6:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 KINDS = {"cost": cost, "peers": functools.partial(cost, columns="peers"),
          "more": functools.partial(cost, columns="more"), "check": check,
-         "check-times": check_times, "check-summary": check_summary}
+         "check-times": check_times, "check-summary": check_summary,
+         "lax-checked": lax_checked, "frameworks": frameworks}
 
 
 def page_files(root: pathlib.Path) -> list[pathlib.Path]:
