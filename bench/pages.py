@@ -248,8 +248,11 @@ def rewrite(text: str) -> str:
             continue
         words = m["records"].split()
         options = dict(w.split("=", 1) for w in words if "=" in w)
+        out.append("")  # a blank line: the comment and the table are two blocks
         out.extend(KINDS[m["kind"]](*[w for w in words if "=" not in w],
                                     **options).split("\n"))
+        if at < len(lines) and not lines[at].strip():
+            at += 1
         while at < len(lines) and lines[at].startswith("|"):
             at += 1  # the old table
     return "\n".join(out)

@@ -449,7 +449,7 @@ _AS_IS = frozenset({_JAX_ARRAY, float, bool, complex, str, type(None), np.float3
 
 
 def _jit_argument(where: str, at, x):
-    """One argument (``at``: its position or name) as :func:`jit_arguments` passes it."""
+    """One argument (``at``: its position or name) as ``jit_arguments`` passes it."""
     kind = type(x)
     if kind in _AS_IS:
         return x
