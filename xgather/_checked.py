@@ -433,11 +433,9 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
         # A CPU flag that is ready already (a small program runs on the calling thread) is
         # read now, which waits for nothing: a clear one is done with, a set one is queued
         # behind the calls before it and raised as any other.
-        if not on_host:
-            queue.add(_Pending(flag, leaves, name, number), flag.sharding)
-        elif not flag.is_ready() or _check.flag_set(flag):
-            queue.groups.append(_Pending(flag, leaves, name, number))
-            queue.count += 1
+        if on_host and flag.is_ready() and not _check.flag_set(flag):
+            return out
+        queue.add(_Pending(flag, leaves, name, number), None if on_host else flag.sharding)
         return out
 
     return _exposing(wrapper, program)
