@@ -83,6 +83,12 @@ def _tuned(entries: list[dict]) -> list[dict]:
             if e["system"].endswith(" @keep")]
 
 
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table: the header, its rule, the rows."""
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def _jax_version(rec: dict) -> str:
     return rec["versions"]["jax"]
 
@@ -100,16 +106,15 @@ def cost(name: str, columns: str = "cost", workloads: str = "") -> str:
     held = {s for systems in rows.values() for s in systems}
     chosen = COLUMNS["cost"][1:] if columns == "peers" else COLUMNS[columns]
     cols = [(t, names) for t, names in chosen if any(n in held for n in names)]
-    lines = ["| " + " | ".join(["workload"] + [t for t, _ in cols]) + " |",
-             "|" + "---|" * (len(cols) + 1)]
+    table = []
     for w, systems in rows.items():
         cells = [w]
         for _, names in cols:
             found = sorted((systems[n], n) for n in names if n in systems)
             cells.append("-" if not found else _time(w, found[0][0]) + (
                 f" ({found[0][1][-2:]})" if found[0][1].endswith("t") else ""))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        table.append(cells)
+    return _table(["workload"] + [t for t, _ in cols], table)
 
 
 def check(*names: str) -> str:
@@ -119,8 +124,8 @@ def check(*names: str) -> str:
     head = ["workload"] + [f"{how}, jax {_jax_version(r)}" for r in recs
                            for how in ("blocked", "pipelined")] + [
         f"first call, jax {_jax_version(r)}" for r in recs]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     costs = [{c["workload"]: c for c in _tuned(_record.record_check_costs(r))} for r in recs]
+    rows = []
     for w in costs[0]:
         cells = [w]
         for c in costs:
@@ -129,8 +134,8 @@ def check(*names: str) -> str:
                 f"{got['ratio']:.2f} ({100 * got['spread']:.0f}%)",
                 f"{got['ratio_pipelined']:.2f} ({100 * got['spread_pipelined']:.0f}%)"]
         cells += [f"{c[w]['first_call_ratio']:.2f}" if w in c else "-" for c in costs]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return _table(head, rows)
 
 
 def _span(values: list[float], workloads: list[str], members: tuple) -> str:
@@ -149,33 +154,44 @@ def check_summary(cpu_a: str, cpu_b: str, gpu: str) -> str:
     cpu = [c for n in (cpu_a, cpu_b) for c in _tuned(_record.record_check_costs(_load(n)))]
     g = _load(gpu)
     dev = "GPU" if not g else g["device"].get("kind", "GPU").replace("NVIDIA ", "")
-    lines = [f"| workload | CPU, blocked | CPU, pipelined | {dev}, blocked | "
-             f"{dev}, pipelined |", "|---|---|---|---|---|"]
+    rows = []
     for title, members in CLASSES:
         mine = [c for c in cpu if c["workload"] in members]
         on_gpu = [r for r in g.get("results", []) if r["workload"] in members]
         here = [c["workload"] for c in mine], members
         there = [r["workload"] for r in on_gpu], members
-        lines.append("| " + " | ".join([
-            title, _span([c["ratio"] for c in mine], *here),
-            _span([c["ratio_pipelined"] for c in mine], *here),
-            _span([r["default/promise blocked"] for r in on_gpu], *there),
-            _span([r["default/promise pipelined"] for r in on_gpu], *there)]) + " |")
-    return "\n".join(lines)
+        rows.append([title, _span([c["ratio"] for c in mine], *here),
+                     _span([c["ratio_pipelined"] for c in mine], *here),
+                     _span([r["default/promise blocked"] for r in on_gpu], *there),
+                     _span([r["default/promise pipelined"] for r in on_gpu], *there)])
+    return _table(["workload", "CPU, blocked", "CPU, pipelined", f"{dev}, blocked",
+                   f"{dev}, pipelined"], rows)
 
 
 def check_times(name: str) -> str:
     """A ``check`` record's times in ms (W8 in µs): the default and promise, blocked and
     pipelined (a call's share of 10 calls and one wait)."""
-    head = ["workload", "default, blocked", "promise, blocked", "default, pipelined",
-            "promise, pipelined"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in _load(name)["results"]:
-        w, m = r["workload"], r["median_s"]
-        lines.append("| " + " | ".join([w] + [_time(w, m[k]) for k in (
-            "default blocked", "promise blocked", "default pipelined",
-            "promise pipelined")]) + " |")
-    return "\n".join(lines)
+    keys = ("default blocked", "promise blocked", "default pipelined", "promise pipelined")
+    return _table(["workload"] + [k.replace(" ", ", ") for k in keys],
+                  [[r["workload"]] + [_time(r["workload"], r["median_s"][k]) for k in keys]
+                   for r in _load(name)["results"]])
+
+
+def _by_version(names, key: str, first: str, titles: tuple, cells, label=str) -> str:
+    """A table of records of one kind, one per JAX version: a row per ``key`` of the
+    first record's results (``label`` of it), and per record the cells ``cells(entry)``
+    gives under ``titles`` (None, or an entry the record lacks: dashes)."""
+    recs = [_load(n) for n in names]
+    head = [first] + [f"{t}, jax {_jax_version(r)}" for r in recs for t in titles]
+    tables = [{x[key]: x for x in r["results"]} for r in recs]
+    rows = []
+    for k in tables[0]:
+        row = [label(k)]
+        for table in tables:
+            got = cells(table[k]) if k in table else None
+            row += ["-"] * len(titles) if got is None else got
+        rows.append(row)
+    return _table(head, rows)
 
 
 def lax_checked(*names: str) -> str:
@@ -183,47 +199,27 @@ def lax_checked(*names: str) -> str:
     time over ``lax-checked``'s (a hand-written program of ``lax.gather`` and ``jnp.any``
     of its out-of-range test, its flag read at the next call), blocked / pipelined, and
     ``lax-checked``'s over promise's (where it is 1.5x or more, it is no floor)."""
-    recs = [_load(n) for n in names]
-    head = ["workload"] + [f"{what}, jax {_jax_version(r)}" for r in recs
-                           for what in ("default / lax-checked", "lax-checked / promise")]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rows = [{x["workload"]: x for x in r["results"]} for r in recs]
-    for w in rows[0]:
-        cells = [w]
-        for row in rows:
-            x = row.get(w, {})
-            if "default/lax-checked blocked" not in x:
-                cells += ["-", "-"]
-                continue
-            cells += [f"{x['default/lax-checked blocked']:.2f} / "
-                      f"{x['default/lax-checked pipelined']:.2f}",
-                      f"{x['lax-checked/promise blocked']:.2f} / "
-                      f"{x['lax-checked/promise pipelined']:.2f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    def cells(x):
+        if "default/lax-checked blocked" not in x:
+            return None
+        return [f"{x[f'{of} blocked']:.2f} / {x[f'{of} pipelined']:.2f}"
+                for of in ("default/lax-checked", "lax-checked/promise")]
+    return _by_version(names, "workload", "workload",
+                       ("default / lax-checked", "lax-checked / promise"), cells)
 
 
 def frameworks(*names: str) -> str:
     """``xgather-bench frameworks`` records (one per JAX version): per framework, the
     checked step over the bare one in promise, pipelined (spread in brackets), and a
     call's host time in µs, bare / checked."""
-    recs = [_load(n) for n in names]
-    head = ["step"] + [f"{what}, jax {_jax_version(r)}" for r in recs
-                       for what in ("checked / bare", "host µs")]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rows = [{x["framework"]: x for x in r["results"]} for r in recs]
-    for name in rows[0]:
-        cells = [f"`{name}`"]
-        for row in rows:
-            x = row.get(name)
-            if x is None or "ratio" not in x:
-                cells += ["-", "-"]
-                continue
-            host = x["host_call_s"]
-            cells += [f"{x['ratio']:.2f} ({100 * x['spread']:.0f}%)",
-                      f"{host['promise'] * 1e6:.0f} / {host['checked'] * 1e6:.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    def cells(x):
+        if "ratio" not in x:
+            return None
+        host = x["host_call_s"]
+        return [f"{x['ratio']:.2f} ({100 * x['spread']:.0f}%)",
+                f"{host['promise'] * 1e6:.0f} / {host['checked'] * 1e6:.0f}"]
+    return _by_version(names, "framework", "step", ("checked / bare", "host µs"), cells,
+                       label=lambda name: f"`{name}`")
 
 
 KINDS = {"cost": cost, "peers": functools.partial(cost, columns="peers"),
