@@ -101,7 +101,6 @@ def out_of_bounds(plan, ndim: int, args: list[int], where: str = "") -> OutOfBou
     return err
 
 
-
 # -- the check of concrete indices, on the host ----------------------------------------------
 
 _HOST_LIST_MAX = 64  # up to this many indices, Python's min and max beat NumPy's reductions
