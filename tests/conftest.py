@@ -55,3 +55,13 @@ def _no_unread_check_failures():
         xgather.raise_if_error()
     except Exception as err:  # noqa: BLE001 - whatever it is, the test left it
         pytest.fail(f"the test left an unread failure of xgather.checked: {err}")
+
+
+def pytest_runtest_logreport(report):
+    """With ``XGATHER_FAILURES`` set to a file (``.ci/gpu`` sets it), each failure's
+    traceback is appended to it as the failure comes, so that a run cut at its time limit
+    keeps them. Written once: by the xdist controller, or by a run without workers."""
+    path = os.environ.get("XGATHER_FAILURES")
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(path, "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
