@@ -153,7 +153,7 @@ def check_summary(cpu_a: str, cpu_b: str, gpu: str) -> str:
     records (both JAX versions) and one GPU ``check`` record."""
     cpu = [c for n in (cpu_a, cpu_b) for c in _tuned(_record.record_check_costs(_load(n)))]
     g = _load(gpu)
-    dev = "GPU" if not g else g["device"].get("kind", "GPU").replace("NVIDIA ", "")
+    dev = g["device"].get("kind", "GPU").replace("NVIDIA ", "").split()[0]
     rows = []
     for title, members in CLASSES:
         mine = [c for c in cpu if c["workload"] in members]
