@@ -426,10 +426,11 @@ def jit_arguments(fn_name: str, args, kwargs, static=()):
     ``jax.jit`` cuts a 64-bit NumPy integer to 32 bits (``2**32 + 1`` becomes ``1``, a
     valid row) without a word. ``static``: positions and names the jit does not trace.
     """
-    for x in args:  # the common call: arrays, and dicts, lists or tuples of arrays
+    for x in args:  # the common call: arrays, dicts, lists or tuples of arrays, modules
         kind = type(x)
-        if kind is not _JAX_ARRAY and (kind not in _CONTAINERS or not set(
-                map(type, x.values() if kind is dict else x)) <= _ARRAYS):
+        if kind is not _JAX_ARRAY and kind not in _NOT_ARRAYS and (
+                kind not in _CONTAINERS or not set(
+                    map(type, x.values() if kind is dict else x)) <= _ARRAYS):
             break
     else:
         if not kwargs:
@@ -446,6 +447,9 @@ _JAX_ARRAY = _jaxprivate.ARRAY_IMPL
 _CONTAINERS = frozenset({dict, list, tuple})
 _ARRAYS = frozenset({_JAX_ARRAY})
 _AS_IS = frozenset({_JAX_ARRAY, float, bool, complex, str, type(None), np.float32, np.bool_})
+#: Types seen to be no array and no int (an nnx or equinox module, an optimizer): passed
+#: by type alone from then on, as ``hasattr`` on a module can cost microseconds.
+_NOT_ARRAYS: set[type] = set()
 
 
 def _jit_argument(where: str, at, x):
@@ -468,7 +472,7 @@ def _argument_name(at: tuple) -> str:
 
 
 def _jit_value(where: str, at: tuple, x):
-    if type(x) in _AS_IS or isinstance(x, jax.core.Tracer):
+    if type(x) in _AS_IS or type(x) in _NOT_ARRAYS or isinstance(x, jax.core.Tracer):
         return x
     if isinstance(x, int) and not isinstance(x, bool):
         bits = 64 if x64() else 32
@@ -480,6 +484,8 @@ def _jit_value(where: str, at: tuple, x):
         return x
     if not (isinstance(x, np.ndarray | np.generic) or hasattr(x, "__dlpack__")
             or hasattr(x, "__array__")):
+        if len(_NOT_ARRAYS) < 256:
+            _NOT_ARRAYS.add(type(x))
         return x  # not an array (a module, a function): the jit's own rules
     name = _argument_name(at)
     x = foreign_input(where, name, x)
