@@ -114,7 +114,10 @@ def _host_range(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
     """All indices within ``[lows, highs]`` (per component where ``vector``)."""
-    if vector:
+    if vector and indices.size <= _HOST_LIST_MAX:
+        columns = indices.reshape(-1, indices.shape[-1]).T.tolist()
+        mins, maxs = [min(c) for c in columns], [max(c) for c in columns]
+    elif vector:
         flat = indices.reshape(-1, indices.shape[-1])
         mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
     elif indices.size <= _HOST_LIST_MAX:
