@@ -114,12 +114,13 @@ def _host_range(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _in_range(indices: np.ndarray, vector: bool, lows, highs) -> bool:
     """All indices within ``[lows, highs]`` (per component where ``vector``)."""
-    if vector and indices.size <= _HOST_LIST_MAX:
-        columns = indices.reshape(-1, indices.shape[-1]).T.tolist()
-        mins, maxs = [min(c) for c in columns], [max(c) for c in columns]
-    elif vector:
+    if vector:
         flat = indices.reshape(-1, indices.shape[-1])
-        mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
+        if indices.size <= _HOST_LIST_MAX:
+            columns = flat.T.tolist()
+            mins, maxs = [min(c) for c in columns], [max(c) for c in columns]
+        else:
+            mins, maxs = flat.min(axis=0).tolist(), flat.max(axis=0).tolist()
     elif indices.size <= _HOST_LIST_MAX:
         values = indices.ravel().tolist()
         return lows[0] <= min(values) and max(values) <= highs[0]
