@@ -46,6 +46,8 @@ HOST_LIMIT_US = 3.0
 FRAMEWORKS = ("jax.jit", "nnx.jit", "eqx.filter_jit")
 #: Where the host-time limit applies: the step of arrays only.
 ARRAYS_ONLY = "jax.jit"
+#: The hand-written check whose host time is timed beside that step's (:class:`LaxChecked`).
+HAND = "lax-checked"
 #: ``vocab`` rows of ``dim`` in the table, ``batch`` ids, ``out`` outputs of the dense layer.
 SIZES = {"tiny": {"vocab": 16, "dim": 4, "out": 3, "batch": 8},
          "quick": {"vocab": 512, "dim": 32, "out": 16, "batch": 256},
@@ -144,6 +146,32 @@ class JaxJit(Framework):
 
     def params(self, state):
         return dict(state)
+
+
+class LaxChecked(JaxJit):
+    """The ``jax.jit`` step with the check an expert writes by hand (as the check bench's
+    ``lax-checked``): the gather in promise, and ``jnp.any`` of the ids' range test as a
+    third output, read at the next call. Timed for its host time only: the floor of any
+    check that returns a flag."""
+
+    def compiled(self, mode=None):
+        import jax
+        import jax.numpy as jnp
+        step = self.step(PROMISE)
+
+        def checked_step(params, ids, y):
+            rows = params["table"].shape[0]
+            return step(params, ids, y), jnp.any((ids < -rows) | (ids >= rows))
+        program = jax.jit(checked_step)
+        flags = []
+
+        def call(params, ids, y):
+            if flags and bool(flags.pop()):  # the previous call's flag, as lax-checked
+                raise IndexError("an id out of range in an earlier step")
+            out, flag = program(params, ids, y)
+            flags.append(flag)
+            return out
+        return call
 
 
 @functools.cache
@@ -351,6 +379,8 @@ def run(size: str | None = None, device=None, timing=None, names=None,
         reps = stats.common_reps(fns, "promise", timing["sample_s"])
         samples = stats.timed_rounds(fns, reps, timing["least"], timing["budget_s"],
                                      timing["most"])
+        if name == ARRAYS_ONLY:  # the hand-written check's host time beside them
+            loops[HAND] = Loop(fw, LaxChecked().compiled(), a, device)
         host = _host_times(loops, 20 * PIPELINE)
         xgather.raise_if_error()  # every flag read: no id was out of range
         per_call = {k: [s / PIPELINE for s in v] for k, v in samples.items()}
@@ -364,6 +394,8 @@ def run(size: str | None = None, device=None, timing=None, names=None,
                                                           samples["promise"]),
             "over": ratio > RATIO_LIMIT, "host_call_s": host, "host_extra_us": extra_us,
             "host_over": name == ARRAYS_ONLY and extra_us > HOST_LIMIT_US})
+        if HAND in host:
+            results[-1]["host_hand_extra_us"] = (host[HAND] - host["promise"]) * 1e6
         del loops, fns
         progress(f"[{n}] {name}: {results[-1]['rounds']} rounds, "
                  f"{time.perf_counter() - t_start:.1f} s")
@@ -396,6 +428,12 @@ def table(record: dict) -> str:
             f"{host['promise'] * 1e6:10.1f} {host['checked'] * 1e6:8.1f} "
             f"{r['host_extra_us']:+6.1f} {'over' if r['host_over'] else '':4} "
             f"{'same' if r['bitwise_equal'] else 'DIFFER':>7}")
+    for r in record["results"]:
+        if "host_hand_extra_us" in r:
+            lines.append(f"{r['framework']} with the check written by hand ({HAND}: its flag "
+                         "a third output, read at the next call): host us "
+                         f"{r['host_call_s'][HAND] * 1e6:.1f}, "
+                         f"{r['host_hand_extra_us']:+.1f} over J")
     lines.append("bitwise: 3 steps of each from the same start, the parameters and losses "
                  "the same bits (same) or not (DIFFER)")
     return "\n".join(lines)

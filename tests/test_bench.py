@@ -1452,6 +1452,27 @@ def test_a_bad_id_in_a_checked_framework_step_is_raised():
     assert "index 16 " in str(first.value), first.value
 
 
+def test_the_hand_written_check_of_the_frameworks_bench_gathers_and_raises_at_the_next_call():
+    import jax
+    import numpy as np
+
+    from xgather_bench import frameworks
+    a = frameworks.arrays("tiny")
+    fw = frameworks.LaxChecked()
+    dev = jax.devices()[0]
+    hand, bare = frameworks.Loop(fw, fw.compiled(), a, dev), frameworks.Loop(
+        fw, fw.jit_fn(fw.step(frameworks.PROMISE)), a, dev)
+    for _ in range(3):  # the same bits as the bare step: the flag changes nothing
+        np.testing.assert_array_equal(np.asarray(hand()), np.asarray(bare()))
+    for k, v in bare.state.items():
+        np.testing.assert_array_equal(np.asarray(hand.state[k]), np.asarray(v))
+    a["ids"][3] = -frameworks.SIZES["tiny"]["vocab"] - 1  # one below the range
+    bad = frameworks.Loop(fw, fw.compiled(), a, dev)
+    bad()  # returns: its flag is read at the next call
+    with pytest.raises(IndexError, match="out of range"):
+        bad()
+
+
 def test_the_frameworks_table_marks_what_is_over_its_limits():
     from xgather_bench import frameworks
 
@@ -1501,7 +1522,15 @@ def test_the_frameworks_bench_end_to_end(tmp_path, capsys):
             assert frameworks.missing(r["framework"]) == r["skipped"]
             continue
         assert r["rounds"] == 2 and r["bitwise_equal"] is True
-        assert set(r["samples_s"]) == set(r["host_call_s"]) == {"checked", "promise"}
+        # the check written by hand is timed beside the step of arrays only, host time alone
+        hand = {frameworks.HAND} if r["framework"] == frameworks.ARRAYS_ONLY else set()
+        assert set(r["samples_s"]) == {"checked", "promise"}
+        assert set(r["host_call_s"]) == {"checked", "promise"} | hand
+        assert ("host_hand_extra_us" in r) == bool(hand)
+        if hand:
+            assert r["host_hand_extra_us"] == pytest.approx(
+                (r["host_call_s"][frameworks.HAND] - r["host_call_s"]["promise"]) * 1e6)
+            assert f"{r['host_hand_extra_us']:+.1f} over J" in text
         assert r["ratio"] == pytest.approx(stats.paired_ratio(
             [s * 10 for s in r["samples_s"]["checked"]],
             [s * 10 for s in r["samples_s"]["promise"]]))

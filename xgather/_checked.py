@@ -432,8 +432,9 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
             on_host = _on_host(flag)
         # A CPU flag that is ready already (a small program runs on the calling thread) is
         # read now, which waits for nothing: a clear one is done with, a set one is queued
-        # behind the calls before it and raised as any other.
-        if on_host and flag.is_ready() and not _check.flag_set(flag):
+        # behind the calls before it and raised as any other. Where flags wait in the queue
+        # (programs that outlast their call), asking costs more than it finds.
+        if on_host and not queue.count and flag.is_ready() and not _check.flag_set(flag):
             return out
         queue.add(_Pending(flag, leaves, name, number), None if on_host else flag.sharding)
         return out

@@ -428,10 +428,18 @@ def jit_arguments(fn_name: str, args, kwargs, static=()):
     """
     for x in args:  # the common call: arrays, dicts, lists or tuples of arrays, modules
         kind = type(x)
-        if kind is not _JAX_ARRAY and kind not in _NOT_ARRAYS and (
-                kind not in _CONTAINERS or not set(
-                    map(type, x.values() if kind is dict else x)) <= _ARRAYS):
+        if kind is _JAX_ARRAY or kind in _NOT_ARRAYS:
+            continue
+        if kind is dict:
+            x = x.values()
+        elif kind is not list and kind is not tuple:
             break
+        for value in x:
+            if type(value) is not _JAX_ARRAY:
+                break
+        else:
+            continue
+        break
     else:
         if not kwargs:
             return args, kwargs
@@ -445,7 +453,6 @@ def jit_arguments(fn_name: str, args, kwargs, static=()):
 
 _JAX_ARRAY = _jaxprivate.ARRAY_IMPL
 _CONTAINERS = frozenset({dict, list, tuple})
-_ARRAYS = frozenset({_JAX_ARRAY})
 _AS_IS = frozenset({_JAX_ARRAY, float, bool, complex, str, type(None), np.float32, np.bool_})
 #: Types seen to be no array and no int (an nnx or equinox module, an optimizer): passed
 #: by type alone from then on, as ``hasattr`` on a module can cost microseconds.
