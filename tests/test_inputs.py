@@ -262,46 +262,54 @@ def test_clear_caches_frees_the_compiled_programs():
 # -- exporting without xgather's plugin ----------------------------------------------------------
 
 _UNREGISTERED = """
-import numpy as np, jax2onnx, xgather
+import sys, numpy as np, jax2onnx, xgather
 d = np.arange(12, dtype=np.float32).reshape(4, 3)
 i = np.array([1, 7, -1], np.int32)
-f = {fn}
-try:
-    jax2onnx.to_onnx(f, [d, i], opset=21)
-    print("exported")
-except xgather.XGatherError as err:
-    print("refused:", err)
-except AttributeError as err:  # jax2onnx 0.17.1 on jax 0.12 fails after tracing, unaided
-    print("failed:", err)
-print("eager:", [np.asarray(f(d, np.array([1, 2, -1], np.int32))).tolist() for _ in range(3)])
+for f in [{fns}]:
+    try:
+        jax2onnx.to_onnx(f, [d, i], opset=21)
+        print("exported")
+    except xgather.XGatherError as err:
+        print("refused:", str(err).replace(chr(10), " "))
+    except AttributeError as err:  # jax2onnx 0.17.1 on jax 0.12 fails after tracing, unaided
+        print("failed:", str(err).replace(chr(10), " "))
+    print("eager:", [np.asarray(f(d, np.array([1, 2, -1], np.int32))).tolist() for _ in range(3)])
+    sys.stdout.flush()
 """
+
+#: Each export in turn, in one process: the later ones after the earlier ones' patches.
+_EXPORTS = {
+    # jax2onnx drops lax.gather's clip and fill: index -7 into 6 columns exported as 5
+    "clip": ("lambda d, i: xgather.onnx.gather(d, i, 0, mode='clip')", "refused"),
+    "fill": ("lambda d, i: xgather.onnx.gather(d, i, 0, mode='fill')", "refused"),
+    "openvino": ("lambda d, i: xgather.openvino.gather(d, i, 0)", "refused"),
+    "default": ("lambda d, i: xgather.onnx.gather(d, i, 0)", "refused"),
+    "promise": ("lambda d, i: xgather.onnx.gather(d, i, 0, mode='promise_in_bounds')",
+                "exported"),
+}
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("fn, outcome", [
-    # jax2onnx drops lax.gather's clip and fill: index -7 into 6 columns exported as 5
-    ("lambda d, i: xgather.onnx.gather(d, i, 0, mode='clip')", "refused"),
-    ("lambda d, i: xgather.onnx.gather(d, i, 0, mode='fill')", "refused"),
-    ("lambda d, i: xgather.openvino.gather(d, i, 0)", "refused"),
-    ("lambda d, i: xgather.onnx.gather(d, i, 0)", "refused"),
-    ("lambda d, i: xgather.onnx.gather(d, i, 0, mode='promise_in_bounds')", "exported"),
-], ids=["clip", "fill", "openvino", "default", "promise"])
-def test_an_export_without_the_plugin_leaves_xgather_working(fn, outcome):
+def test_exports_without_the_plugin_leave_xgather_working():
     pytest.importorskip("jax2onnx")
-    proc = subprocess.run([sys.executable, "-c", _UNREGISTERED.format(fn=fn)],
+    fns = ", ".join(fn for fn, _ in _EXPORTS.values())
+    proc = subprocess.run([sys.executable, "-c", _UNREGISTERED.format(fns=fns)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    # jax2onnx 0.17.1 cannot finish an export on jax 0.12 without xgather's plugin (it
-    # reads jax._src.core.ClosedJaxpr, which the plugin restores); it traced under its
-    # patches all the same, which is what the eager calls below must survive.
-    assert lines[0].startswith(outcome) or (
-        outcome == "exported" and "ClosedJaxpr" in lines[0]), proc.stdout
-    if outcome == "refused":  # the advice names what an exporter needs
-        assert "xgather.export.register_jax2onnx()" in lines[0], lines[0]
+    assert len(lines) == 2 * len(_EXPORTS), proc.stdout
     want = DATA[[1, 2, -1]].tolist()
-    assert lines[-1] == f"eager: {[want] * 3}", proc.stdout
+    pairs = zip(lines[::2], lines[1::2], strict=True)  # what each export printed
+    for (name, (_, outcome)), (export, eager) in zip(_EXPORTS.items(), pairs, strict=True):
+        # jax2onnx 0.17.1 cannot finish an export on jax 0.12 without xgather's plugin (it
+        # reads jax._src.core.ClosedJaxpr, which the plugin restores); it traced under its
+        # patches all the same, which is what the eager calls after it must survive.
+        assert export.startswith(outcome) or (
+            outcome == "exported" and "ClosedJaxpr" in export), (name, proc.stdout)
+        if outcome == "refused":  # the advice names what an exporter needs
+            assert "xgather.export.register_jax2onnx()" in export, (name, export)
+        assert eager == f"eager: {[want] * 3}", (name, proc.stdout)
 
 
 @pytest.mark.subprocess
