@@ -1,20 +1,9 @@
 """[`checked`][xgather.checked]: the ``"error"`` mode's check under the user's own jit, and
 when a failure is raised.
 
-The jit is the user's (``jax.jit``, ``flax.nnx.jit``, ``equinox.filter_jit``): it takes
-the arguments, static and donated ones, shardings, nnx's write-back and equinox's
-partition, its cache and its errors. xgather puts ``checkify`` inside it and owns what
-comes out: one flag a call, queued and read later (``_Calls``), the report, and the
-moment a failure is raised.
-
-Each call returns its result at once and queues its flag: a CPU's is on the host already
-(read at once where it is ready then: only a set one is queued), an accelerator's are read
-in groups of [`READ_GROUP`][xgather.READ_GROUP] calls (``_Group``: one small program stacks
-their first values, one copy to the host). Flags are read at a later call of any checked
-function in the same thread (blocking only when more than
-[`MAX_PENDING`][xgather.MAX_PENDING] calls are pending), at
-[`raise_if_error`][xgather.raise_if_error], or at exit. ``sync=True`` (or
-[`sync_checks`][xgather.sync_checks], ``XGATHER_SYNC_CHECKS=1``) reads it at the call.
+The jit is the user's; xgather puts ``checkify`` inside it and owns what comes out: one
+flag a call, queued per thread and read later (``_Calls``: a CPU's flag by itself, an
+accelerator's in groups, ``_Group``), the report, and the moment a failure is raised.
 No failure is dropped: each is raised in its turn, an interrupt leaves the flag it waited
 for queued, a thread's queue outlives the thread, and a forked child reports its own.
 """
@@ -45,10 +34,9 @@ unread: a call that finds this many waits for the oldest before it runs."""
 
 READ_GROUP = 8
 """On an accelerator, [`checked`][xgather.checked] reads flags in groups of this many
-calls: one small program stacks their first values, one copy brings them to the host.
-Copying and reading each flag by itself costs a call more host time than a small
-gather takes (on an H200: 253 µs a call against 88 µs in groups of 8). A CPU's flags
-are on the host already: each is read by itself, as soon as it is ready."""
+calls: one small program stacks their first values, one copy brings them to the host
+(copying each flag by itself costs a call more host time than a small gather takes). A
+CPU's flags are on the host already: each is read by itself, once it is ready."""
 
 
 def _env_on(value: str) -> bool:
@@ -243,20 +231,15 @@ def clear_caches() -> None:
     """Forget every plan, jitted function and eager call path xgather has cached, the
     compiled programs they hold, and the tables its checks grow.
 
-    An eager call keeps, per signature (op, shapes, dtypes, attributes), the jitted
-    function it ran and so its compiled program: on XLA:CPU about 1.5 MiB for a small
-    gather, more for large ones. The signatures are capped at 2048 (the cache then starts
-    afresh), as are the jitted functions per plan, so a process that calls the ops on
-    thousands of distinct shapes can hold a few GiB of programs (2,000 shapes: about
-    3 GiB). This frees them; later calls compile again.
-
-    The checks number what their reports need (the gather's site, the layout of a
-    checked program's flag), and compiled programs hold those numbers: where no flag of
-    a [`checked`][xgather.checked] call is pending (read them first with
-    [`raise_if_error`][xgather.raise_if_error]), the tables are emptied and JAX's own
-    caches with them (``jax.clear_caches()``), so that no program keeps an old number.
-    The queues of threads that have ended, read already, are dropped, and each thread's
-    count of its checked functions' calls starts again.
+    An eager call keeps the jitted function it ran per signature (op, shapes, dtypes,
+    attributes; at most 2048), and so its compiled program: a process that calls the ops
+    on thousands of distinct shapes can hold a few GiB (the dtypes guide says more). This
+    frees them; later calls compile again. Where no flag of a
+    [`checked`][xgather.checked] call is pending (read them first with
+    [`raise_if_error`][xgather.raise_if_error]), the tables that number the checks'
+    sites and flag layouts are emptied too, and JAX's own caches with them
+    (``jax.clear_caches()``), since compiled programs hold those numbers; the queues of
+    ended threads are dropped, and each thread's count of its calls starts again.
 
     Examples:
         >>> import numpy as np, xgather
