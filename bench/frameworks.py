@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from . import stats
+from . import stats, systems
 
 SCHEMA = "xgather-bench-frameworks/1"
 #: Calls per pipelined sample, then one wait.
@@ -47,7 +47,7 @@ FRAMEWORKS = ("jax.jit", "nnx.jit", "eqx.filter_jit")
 #: Where the host-time limit applies: the step of arrays only.
 ARRAYS_ONLY = "jax.jit"
 #: The hand-written check whose host time is timed beside that step's (:class:`LaxChecked`).
-HAND = "lax-checked"
+HAND = systems.LAX_CHECKED
 #: ``vocab`` rows of ``dim`` in the table, ``batch`` ids, ``out`` outputs of the dense layer.
 SIZES = {"tiny": {"vocab": 16, "dim": 4, "out": 3, "batch": 8},
          "quick": {"vocab": 512, "dim": 32, "out": 16, "batch": 256},
@@ -151,8 +151,9 @@ class JaxJit(Framework):
 class LaxChecked(JaxJit):
     """The ``jax.jit`` step with the check an expert writes by hand (as the check bench's
     ``lax-checked``): the gather in promise, and ``jnp.any`` of the ids' range test as a
-    third output, read at the next call. Timed for its host time only: the floor of any
-    check that returns a flag."""
+    third output, read at the next call (:class:`systems.OutOfRangeFlag` where it was
+    set). Timed for its host time only, which holds that read's wait for the program
+    before."""
 
     def compiled(self, mode=None):
         import jax
@@ -167,7 +168,8 @@ class LaxChecked(JaxJit):
 
         def call(params, ids, y):
             if flags and bool(flags.pop()):  # the previous call's flag, as lax-checked
-                raise IndexError("an id out of range in an earlier step")
+                raise systems.OutOfRangeFlag(f"{HAND} step: an id out of range in an "
+                                             "earlier step")
             out, flag = program(params, ids, y)
             flags.append(flag)
             return out
