@@ -7,6 +7,7 @@ refills its buffer: large enough gathers, and many batches (before the copy or w
 made, most batches of every mode came back partly from the next batch)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -128,3 +129,77 @@ def test_every_op_reads_its_indices_before_returning():
             out = op(data, buf, *attrs)
             buf[:] = 0
             np.testing.assert_array_equal(np.asarray(out), want, err_msg=op.__name__)
+
+
+
+@jax.jit
+def _slow_copy(x):
+    m = jax.lax.fori_loop(0, 100, lambda _, m: jnp.tanh(m @ m), jnp.full((128, 128), 0.01))
+    return jnp.where(m[0, 0] > 2, 0, x)  # x itself: tanh stays within [-1, 1]
+
+
+def _aligned_empty(n: int) -> np.ndarray:
+    """An int32 buffer on a 64-byte boundary, which JAX reads in place where it can (jax
+    0.12 copies a buffer off that boundary)."""
+    raw = np.empty(4 * n + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + 4 * n].view(np.int32)
+
+
+def _late(x):
+    """``x`` on the device, from a program that runs for a while: a program given it starts
+    only once the caller has moved on, and reads its other inputs then. That makes the race
+    certain where a call returns before its program has read a NumPy buffer."""
+    return _slow_copy(x)
+
+
+@pytest.mark.parametrize("mode", [None, "clip"])
+def test_a_refilled_index_buffer_under_the_sharded_gather(mode):
+    from jax.sharding import Mesh
+    mesh = Mesh(np.array(jax.devices()[:1]), ("rows",))
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((1000, 4)).astype(np.float32)
+    batches = _batches(rng, 1000)[:4]
+    outs = _refill(batches, _aligned_empty(N), _numpy_fill,
+                   lambda b: xgather.sharded.gather(_late(table), b, mesh=mesh, rows="rows",
+                                                    **_kw(mode)))
+    wrong = [k for k, (o, b) in enumerate(zip(outs, batches, strict=True))
+             if not np.array_equal(o, table[b])]
+    assert not wrong, f"batches {wrong} read the buffer after the call returned"
+
+
+@pytest.mark.parametrize("n,kind", [(200_000, "numpy"), (2_000_000, "numpy"),
+                                    (200_000, "torch")], ids=["copied", "waited-for", "torch"])
+def test_a_refilled_batch_buffer_under_checked(n, kind):
+    """The user's jax.jit reads a NumPy argument in place on a CPU, after the call has
+    returned; under ``xgather.checked`` the step gathers, and checks, the batch it was
+    given. One batch holds a bad id: its call, and no other, reports it."""
+    buf = _aligned_empty(n)
+    if kind == "torch":
+        torch = pytest.importorskip("torch", reason="torch is installed on CI's oldest leg only")
+        buf = torch.from_numpy(buf)  # the same memory, written in place below
+    rng = np.random.default_rng(6)
+    table = rng.standard_normal((1000, 4)).astype(np.float32)
+    step = xgather.checked(
+        lambda t, batch: xgather.onnx.gather(t, batch["ids"], axis=0) * 2)
+    batches = [rng.integers(-1000, 1000, n).astype(np.int32) for _ in range(6)]
+    bad_call, bad_at = 3, n // 3
+    batches[bad_call - 1][bad_at] = 1000
+    outs, failures = [], []
+    for b in batches:
+        buf[:] = b if kind == "numpy" else torch.from_numpy(b)
+        while True:  # as a training loop: an earlier call's failure, then this batch again
+            try:
+                outs.append(step(_late(table), {"ids": buf}))
+                break
+            except xgather.OutOfBoundsError as err:
+                failures.append(err)
+        buf[:] = 0  # the loader moves on at once: the call holds the batch it was given
+    try:
+        xgather.raise_if_error()
+    except xgather.OutOfBoundsError as err:
+        failures.append(err)
+    assert [(e.call, e.index, e.position) for e in failures] == [(bad_call, 1000, (bad_at,))]
+    for k, (o, b) in enumerate(zip(outs, batches, strict=True)):
+        if k != bad_call - 1:
+            np.testing.assert_array_equal(np.asarray(o), 2 * table[b], err_msg=f"batch {k}")

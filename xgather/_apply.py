@@ -18,12 +18,17 @@ from xgather._plan import Plan
 
 # -- the cached jitted functions, and traces made under another library's patches --------------
 
-def _jit_cache(make):
+#: Every ``jit_cache``'s cache, for [`clear_caches`][xgather.clear_caches].
+CACHES: list = []
+
+
+def jit_cache(make):
     """``make`` (which builds a jitted function) cached per arguments, except under
     another library's patches (an exporter's): there a fresh one, kept nowhere, whose
     trace would otherwise be reused by later calls outside the export. Keeps the
     cache's ``cache_clear`` and ``cache_info``."""
     cached = functools.lru_cache(maxsize=2048)(make)
+    CACHES.append(cached)
 
     @functools.wraps(make)
     def get(*args):
@@ -32,7 +37,7 @@ def _jit_cache(make):
     return get
 
 
-@_jit_cache
+@jit_cache
 def program(call: Call, flag: bool):
     """``call``'s jitted function, one per ``(call, flag)`` (same shapes never retrace).
 
@@ -118,7 +123,7 @@ def eager_runner(call: Call, data, indices, *, own_indices: bool = False):
 
 #: NumPy data of up to this many bytes is copied before an eager call; larger data is
 #: read in place while the call waits for its program (``held``).
-COPY_MAX = 1 << 20
+COPY_MAX = _dtypes.COPY_MAX
 
 
 def held(runner, data, indices, own_indices: bool = False, *, waits: bool = False):

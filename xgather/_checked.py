@@ -354,7 +354,8 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     ``checkify`` inside it (nnx's ``nnx.checkify`` where the jit is nnx's), and the jit
     does the rest by its own rules: static and donated arguments, nnx's write-back,
     equinox's partition, caching and retracing. ``.lower`` is the jit's, of the checked
-    program (its flag, then ``fn``'s result).
+    program (its flag, then ``fn``'s result). NumPy arguments are read before the call
+    returns, as the eager ops read them (the dtypes guide says how).
 
     The call returns at once; an [`OutOfBoundsError`][xgather.OutOfBoundsError] is
     raised at a later call of any checked function in this thread (which waits only past
@@ -395,7 +396,7 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         nonlocal on_host
-        args, kwargs = _dtypes.jit_arguments(name, args, kwargs, static)
+        args, kwargs, wait = _dtypes.jit_arguments(name, args, kwargs, static)
         queue = _queue()
         now = sync or _sync_all
         if queue.count:  # a sync call raises older failures first, before it runs
@@ -405,6 +406,8 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
         (flag, leaves), out = program(*args, **kwargs)
         if type(flag) is not _ARRAY and isinstance(flag, _TRACER):
             return _inside_a_trace(name, fn, args, kwargs)
+        if wait:  # a large NumPy argument, read in place: read before the call returns
+            flag.block_until_ready()
         counts = queue.calls
         number = counts[name_key] = counts.get(name_key, 0) + 1
         if now:

@@ -415,7 +415,7 @@ def _cut_by_jit(x) -> tuple[int, tuple[int, ...]] | None:
 
 def jit_arguments(fn_name: str, args, kwargs, static=()):
     """A checked function's arguments as the eager ops would read them, or their errors,
-    before the user's jit sees them: ``(args, kwargs)``.
+    before the user's jit sees them: ``(args, kwargs, wait)``.
 
     Arguments at the top level are looked at, and the values of a dict, list or tuple
     there (a batch of ids in a dict), not deeper: a whole tree's leaves would cost every
@@ -425,6 +425,12 @@ def jit_arguments(fn_name: str, args, kwargs, static=()):
     and strings are refused, and so are integers that the jit would cut: with x64 off,
     ``jax.jit`` cuts a 64-bit NumPy integer to 32 bits (``2**32 + 1`` becomes ``1``, a
     valid row) without a word. ``static``: positions and names the jit does not trace.
+
+    A jit reads a NumPy argument in place on a CPU, after the call has returned (JAX
+    aliases the buffer): the check would pass values that the gather then does not read.
+    So NumPy arrays (torch tensors on the host among them) are copied, up to
+    ``COPY_MAX`` bytes, as an eager call copies them; for a larger one ``wait`` is true,
+    and the caller waits for the program before it returns.
     """
     for x in args:  # the common call: arrays, dicts, lists or tuples of arrays, modules
         kind = type(x)
@@ -442,13 +448,19 @@ def jit_arguments(fn_name: str, args, kwargs, static=()):
         break
     else:
         if not kwargs:
-            return args, kwargs
+            return args, kwargs, False
     where = f"xgather.checked({fn_name})"
-    args = tuple(x if i in static else _jit_argument(where, i, x)
+    large: list = []
+    args = tuple(x if i in static else _jit_argument(where, i, x, large)
                  for i, x in enumerate(args))
-    kwargs = {k: x if k in static else _jit_argument(where, k, x)
+    kwargs = {k: x if k in static else _jit_argument(where, k, x, large)
               for k, x in kwargs.items()}
-    return args, kwargs
+    return args, kwargs, bool(large)
+
+
+#: NumPy arrays of up to this many bytes are copied before a call that would read them in
+#: place after it returns; a call given a larger one waits for its program instead.
+COPY_MAX = 1 << 20
 
 
 _JAX_ARRAY = _jaxprivate.ARRAY_IMPL
@@ -459,18 +471,19 @@ _AS_IS = frozenset({_JAX_ARRAY, float, bool, complex, str, type(None), np.float3
 _NOT_ARRAYS: set[type] = set()
 
 
-def _jit_argument(where: str, at, x):
-    """One argument (``at``: its position or name) as ``jit_arguments`` passes it."""
+def _jit_argument(where: str, at, x, large: list):
+    """One argument (``at``: its position or name) as ``jit_arguments`` passes it; NumPy
+    arrays too large to copy go into ``large``."""
     kind = type(x)
     if kind in _AS_IS:
         return x
     if kind in _CONTAINERS:
         items = list(x.items() if kind is dict else enumerate(x))
-        values = [_jit_value(where, (at, k), v) for k, v in items]
+        values = [_jit_value(where, (at, k), v, large) for k, v in items]
         if all(v is w for (_, v), w in zip(items, values, strict=True)):
             return x
         return dict(zip(x, values, strict=True)) if kind is dict else kind(values)
-    return _jit_value(where, (at,), x)
+    return _jit_value(where, (at,), x, large)
 
 
 def _argument_name(at: tuple) -> str:
@@ -478,7 +491,7 @@ def _argument_name(at: tuple) -> str:
     return f"argument {at[0]!r}" + "".join(f"[{k!r}]" for k in at[1:])
 
 
-def _jit_value(where: str, at: tuple, x):
+def _jit_value(where: str, at: tuple, x, large: list):
     if type(x) in _AS_IS or type(x) in _NOT_ARRAYS or isinstance(x, jax.core.Tracer):
         return x
     if isinstance(x, int) and not isinstance(x, bool):
@@ -501,6 +514,11 @@ def _jit_value(where: str, at: tuple, x):
             fail(where, f"{name}, a NumPy array of {x.dtype}, cannot be traced by a jit; "
                  "gather such data eagerly (the ops take it outside a jit, on the host)",
                  str(x.dtype), kind=XGatherTypeError)
+        if isinstance(x, np.ndarray):
+            if x.nbytes <= COPY_MAX:
+                x = np.array(x)
+            else:
+                large.append(x)
         _check_cut(where, name, x)
     return x
 

@@ -347,8 +347,7 @@ def _no_host_path(plan, data, where: str) -> NoReturn:
 def clear_caches() -> None:
     """Forget every plan, jitted function and eager call path cached here
     ([`xgather.clear_caches`][xgather.clear_caches] says more)."""
-    for cache in (_apply.program, _plan._take_plan, _plan._nd_plan,
-                  _plan._elements_plan):
+    for cache in (*_apply.CACHES, _plan._take_plan, _plan._nd_plan, _plan._elements_plan):
         cache.cache_clear()
     RUNNERS.clear()
 

@@ -60,8 +60,15 @@ def _gather_plan(data, indices, mesh: Mesh, rows: str, batch: str | None = None,
 def _run(plan, data, indices, mesh, rows, batch, mode, fill_value):
     _check_device_data(plan, data)
     call, idx, _ = resolve_call(plan, data, indices, _dtypes.INT32_INDICES, mode, fill_value)
-    run_mode = _apply.check_now_or_later(plan, call.mode, idx)
-    return _sharded(plan, mesh, rows, batch, run_mode, call.fill_value)(data, idx)
+
+    def run(data, indices):
+        run_mode = _apply.check_now_or_later(plan, call.mode, indices)
+        return _sharded(plan, mesh, rows, batch, run_mode, call.fill_value)(data, indices)
+    if _dtypes.is_traced(data, idx):
+        return run(data, idx)
+    # An eager call: the caller's NumPy buffers are copied (or waited for) first, so that
+    # the check and the program read what was passed (``xgather._apply.held``).
+    return _apply.held(run, data, idx)(data, idx)
 
 
 @_frontend.op(_gather_plan, _dtypes.INT32_INDICES, run=_run)
@@ -132,7 +139,10 @@ def _bit_sum(x, reduce):
     return reduce(x)
 
 
+@_apply.jit_cache
 def _sharded(plan, mesh, rows, batch, mode, fill_value):
+    """The jitted gather, one per settled call: an eager call of the same shapes and options
+    compiles once."""
     n_rows = plan.data_shape[0]
     local_rows = n_rows // mesh.shape[rows]
     q = len(plan.indices_shape)
