@@ -9,6 +9,11 @@ eager ``jnp.take(data, indices, axis=0)`` on the same kind of indices. The
 targets (device indices): promise and the default within 1.5x of ``jnp.take``; NumPy
 indices have none. Attributes go by keyword (``axis=0``), as users write them.
 
+Beside them, ``jnp.take`` checked by hand (:func:`hand_checked`): one jitted program
+returns ``jnp.take`` and ``jnp.any`` of its indices' range test, and the call reads that
+flag before it returns, as an eager call that raises at the call must. It is what any
+such call costs with no library code around it.
+
 Every system's samples come from the same shuffled rounds (:func:`stats.interleaved`),
 and a ratio is the median over rounds of the ratio within a round.
 """
@@ -63,6 +68,32 @@ def inputs(seed: int = 0):
     return data, idx, want
 
 
+HAND = "jnp.take checked by hand"
+
+
+def hand_checked():
+    """``(data, rows) -> jnp.take(data, rows, axis=0)``, raising
+    :class:`systems.OutOfRangeFlag` where a row lies outside the ONNX range ``[-n, n-1]``:
+    the flag computed beside the gather in one jitted program, and read at the call."""
+    import jax
+    import jax.numpy as jnp
+
+    from .systems import OutOfRangeFlag
+
+    @jax.jit
+    def program(data, rows):
+        n = data.shape[0]
+        return jnp.any((rows < -n) | (rows >= n)), jnp.take(data, rows, axis=0)
+
+    def call(data, rows):
+        bad, out = program(data, rows)
+        if np.asarray(bad):
+            raise OutOfRangeFlag(f"{HAND}: a row outside [-{data.shape[0]}, "
+                                 f"{data.shape[0] - 1}]")
+        return out
+    return call
+
+
 def _timed(op, data, indices, kw):
     """``op(data, indices, **kw)``, waited for: one timed call."""
     import jax
@@ -91,6 +122,9 @@ def run(repeats: int = 25, calls: int = 200) -> dict:
             return jax.block_until_ready(jnp.take(d, i["rows"], axis=0))
         np.testing.assert_array_equal(np.asarray(take()), want["rows"])
         fns[f"{BASELINE} [{where}]"] = take
+        hand = _timed(hand_checked(), d, i["rows"], {})
+        np.testing.assert_array_equal(np.asarray(hand()), want["rows"])
+        fns[f"{HAND} [{where}]"] = hand
         for name, (op, kind, attrs) in ops().items():
             for mode in LIMITS:
                 kw = {"mode": "promise_in_bounds"} if mode == "promise_in_bounds" else {}
@@ -100,11 +134,15 @@ def run(repeats: int = 25, calls: int = 200) -> dict:
                                               err_msg=f"{name} {mode} {where}")
                 fns[f"{name} [{mode}] [{where}]"] = fn
     samples = stats.interleaved(fns, repeats, dict.fromkeys(fns, calls))
-    results, baselines = [], {}
+    results, baselines, hand = [], {}, {}
     for where in given:
         base = samples[f"{BASELINE} [{where}]"]
         baselines[where] = {"system": f"{BASELINE}(data, rows, axis=0)", "samples_s": base,
                             "median_s": stats.median(base)}
+        s = samples[f"{HAND} [{where}]"]
+        hand[where] = {"system": HAND, "samples_s": s, "median_s": stats.median(s),
+                       "ratio": stats.paired_ratio(s, base),
+                       "spread": stats.paired_spread(s, base)}
         for name in ops():
             for mode, limit in LIMITS.items():
                 s = samples[f"{name} [{mode}] [{where}]"]
@@ -115,8 +153,8 @@ def run(repeats: int = 25, calls: int = 200) -> dict:
                                 "limit": limit if where == "device" else None})
     return {"shapes": {"data": [ROWS, WIDTH], "rows": [LOOKUPS], "vectors": [LOOKUPS, 1],
                        "elements": [LOOKUPS, WIDTH]},
-            "baseline": baselines, "rounds": repeats, "calls_per_sample": calls,
-            "results": results}
+            "baseline": baselines, "hand_checked": hand, "rounds": repeats,
+            "calls_per_sample": calls, "results": results}
 
 
 def table(record: dict) -> str:
@@ -130,6 +168,10 @@ def table(record: dict) -> str:
                       "a call",
                   f"{'op':<26} {'mode':<18} {'us/call':>8} {'/take':>6} {'spread':>7} "
                   f"{'limit':>6}"]
+        h = record.get("hand_checked", {}).get(where)
+        if h is not None:  # (records before it have none)
+            lines.append(f"{HAND + ' (rows)':<45} {h['median_s'] * 1e6:8.1f} "
+                         f"{h['ratio']:6.2f} {100 * h['spread']:6.1f}%")
         for r in record["results"]:
             if r["indices"] != where:
                 continue

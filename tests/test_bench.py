@@ -958,6 +958,28 @@ def test_the_eager_bench_end_to_end(tmp_path, capsys):
         row = next(ln for ln in section.splitlines() if ln.split()[:2] == [r["op"], r["mode"]])
         assert f"{r['ratio']:.2f}" in row.split()
     assert "baseline jnp.take(data, rows, axis=0)" in text
+    for where, h in rec["hand_checked"].items():
+        base = rec["baseline"][where]["samples_s"]
+        assert h["ratio"] == pytest.approx(stats.paired_ratio(h["samples_s"], base))
+        row = next(ln for ln in sections[1 if where == "device" else 2].splitlines()
+                   if ln.startswith(eager.HAND))
+        assert f"{h['ratio']:.2f}" in row.split()
+    assert set(rec["hand_checked"]) == {"device", "numpy"}
+
+
+def test_the_eager_bench_hand_written_check_gathers_by_the_spec_and_raises_at_the_call():
+    import jax.numpy as jnp
+
+    from xgather_bench import eager, systems
+    call = eager.hand_checked()
+    data = np.arange(20, dtype=np.float32).reshape(5, 4)
+    rows = np.array([0, -1, 4, -5, 2], np.int32)
+    for given in (rows, jnp.asarray(rows)):
+        np.testing.assert_array_equal(np.asarray(call(jnp.asarray(data), given)),
+                                      np.stack([data[k % 5] for k in rows]))
+    for bad in ([5], [-6], [0, 7]):
+        with pytest.raises(systems.OutOfRangeFlag, match=r"a row outside \[-5, 4\]"):
+            call(jnp.asarray(data), np.array(bad, np.int32))
 
 
 def test_the_crowding_bench_end_to_end(tmp_path, capsys):

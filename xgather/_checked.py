@@ -406,7 +406,7 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
         (flag, leaves), out = program(*args, **kwargs)
         if type(flag) is not _ARRAY and isinstance(flag, _TRACER):
             return _inside_a_trace(name, fn, args, kwargs)
-        if wait:  # a large NumPy argument, read in place: read before the call returns
+        if wait:  # a large NumPy argument, read in place before the call returns
             flag.block_until_ready()
         counts = queue.calls
         number = counts[name_key] = counts.get(name_key, 0) + 1
@@ -416,10 +416,8 @@ def checked(fn=None, *, jit=None, sync: bool = False, **jit_options):
             return out
         if on_host is None:
             on_host = _on_host(flag)
-        # A CPU flag that is ready already (a small program runs on the calling thread) is
-        # read now, which waits for nothing: a clear one is done with, a set one is queued
-        # behind the calls before it and raised as any other. Where flags wait in the queue
-        # (programs that outlast their call), asking costs more than it finds.
+        # A ready CPU flag (a small program ran on this thread) is read now: a set one is
+        # queued and raised in its turn. Behind waiting flags, asking costs more than it finds.
         if on_host and not queue.count and flag.is_ready() and not _check.flag_set(flag):
             return out
         queue.add(_Pending(flag, leaves, name, number), None if on_host else flag.sharding)
