@@ -6,9 +6,8 @@ porting a model sees which node failed, which rule it broke and with what.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import NoReturn
 
 
@@ -92,21 +91,27 @@ def named(msg: str, node: str) -> str:
     return f"{op} (node {node!r}){sep}{rest}" if sep else f"{msg} (node {node!r})"
 
 
-@contextlib.contextmanager
-def for_node(node: str | None) -> Iterator[None]:
+class for_node:  # noqa: N801 - used as a function: ``with for_node(name):``
     """Run an op for the ONNX node ``node``: its errors, raised now or reported later
-    (a traced check's report), name the node."""
-    if not node:
-        yield
-        return
-    token = NODE.set(node)
-    try:
-        yield
-    except XGatherError as err:
-        if err.args and isinstance(err.args[0], str) and f"(node {node!r})" not in err.args[0]:
-            err.args = (named(err.args[0], node), *err.args[1:])
-        if isinstance(err, OutOfBoundsError):
-            err.node = node
-        raise
-    finally:
-        NODE.reset(token)
+    (a traced check's report), name the node. A class, not a generator: an eager call of
+    a node's function pays for it at every call."""
+    __slots__ = ("node", "token")
+
+    def __init__(self, node: str | None):
+        self.node, self.token = node or None, None
+
+    def __enter__(self) -> None:
+        if self.node:
+            self.token = NODE.set(self.node)
+
+    def __exit__(self, kind, err, tb) -> None:
+        node = self.node
+        if not node:
+            return
+        NODE.reset(self.token)
+        if isinstance(err, XGatherError):
+            if err.args and isinstance(err.args[0], str) and \
+                    f"(node {node!r})" not in err.args[0]:
+                err.args = (named(err.args[0], node), *err.args[1:])
+            if isinstance(err, OutOfBoundsError):
+                err.node = node
