@@ -96,6 +96,7 @@ class for_node:  # noqa: N801 - used as a function: ``with for_node(name):``
     (a traced check's report), name the node. A class, not a generator: an eager call of
     a node's function pays for it at every call."""
     __slots__ = ("node", "token")
+    token: contextvars.Token[str | None] | None
 
     def __init__(self, node: str | None):
         self.node, self.token = node or None, None
@@ -105,10 +106,10 @@ class for_node:  # noqa: N801 - used as a function: ``with for_node(name):``
             self.token = NODE.set(self.node)
 
     def __exit__(self, kind, err, tb) -> None:
-        node = self.node
-        if not node:
+        node, token = self.node, self.token
+        if not node or token is None:
             return
-        NODE.reset(self.token)
+        NODE.reset(token)
         if isinstance(err, XGatherError):
             if err.args and isinstance(err.args[0], str) and \
                     f"(node {node!r})" not in err.args[0]:
