@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import xgather
-from xgather import _apply
+from xgather import _dtypes
 
 MODES = [None, "clip", "fill", "promise_in_bounds"]
 BATCHES = 12
@@ -70,7 +70,7 @@ def test_a_refilled_numpy_index_buffer(mode, table_on):
 def test_a_refilled_numpy_data_buffer(mode, rows):
     """Small data is copied; data over ``COPY_MAX`` bytes is read in place, and the call
     waits for its program."""
-    assert (rows * 4 * 4 > _apply.COPY_MAX) == (rows == 80_000)
+    assert (rows * 4 * 4 > _dtypes.COPY_MAX) == (rows == 80_000)
     rng = np.random.default_rng(1)
     tables = [rng.standard_normal((rows, 4)).astype(np.float32) for _ in range(6)]
     idx = jax.device_put(rng.integers(-rows, rows, N).astype(np.int32))

@@ -121,11 +121,6 @@ def eager_runner(call: Call, data, indices, *, own_indices: bool = False):
     return held(device_checked, data, indices, own_indices, waits=True)
 
 
-#: NumPy data of up to this many bytes is copied before an eager call; larger data is
-#: read in place while the call waits for its program (``held``).
-COPY_MAX = _dtypes.COPY_MAX
-
-
 def held(runner, data, indices, own_indices: bool = False, *, waits: bool = False):
     """``runner``, made to read no memory of the caller's after it returns.
 
@@ -136,16 +131,16 @@ def held(runner, data, indices, own_indices: bool = False, *, waits: bool = Fals
     * NumPy indices are copied before the call, and the program reads the copy, which
       no caller holds. The gather reads every index at least once, so the copy costs at
       most what the gather's own read of them does, and the call stays asynchronous.
-    * NumPy data of up to ``COPY_MAX`` bytes is copied too. Larger data is read in
-      place, and the call waits until its program has run (``waits``: the runner waits
-      already): a gather may read a few rows of a large table, where a copy of the
-      table would cost more than the gather.
+    * NumPy data of up to ``xgather._dtypes.COPY_MAX`` bytes is copied too. Larger data
+      is read in place, and the call waits until its program has run (``waits``: the
+      runner waits already): a gather may read a few rows of a large table, where a copy
+      of the table would cost more than the gather.
 
     DLPack tensors on the host reach here as NumPy views of their memory. The choice is
     fixed per signature, since the shapes and kinds of the inputs are.
     """
     copy_indices = isinstance(indices, np.ndarray) and not own_indices
-    copy_data = isinstance(data, np.ndarray) and data.nbytes <= COPY_MAX
+    copy_data = isinstance(data, np.ndarray) and data.nbytes <= _dtypes.COPY_MAX
     wait = isinstance(data, np.ndarray) and not copy_data and not waits
     if not (copy_data or copy_indices or wait):
         return runner
